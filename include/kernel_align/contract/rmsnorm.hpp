@@ -1,0 +1,75 @@
+// Per-row and per-element steps of qk_rmsnorm, forward and backward
+// (docs/contract.md, "qk_rmsnorm"). A row without a weight is computed as a row
+// with an fp32 weight of ones: x * 1 is exact, so the bits are the same.
+#pragma once
+
+#include "kernel_align/contract/convert.hpp"
+#include "kernel_align/contract/float_ops.hpp"
+#include "kernel_align/contract/row_tree.hpp"
+
+namespace kernel_align::contract {
+
+// Which roundings the forward performs.
+enum class NormMode : unsigned char {
+  Single,     // y = out(x * rstd * w): one rounding, the seed's semantics
+  Diffusers,  // t = weight_dtype(x * rstd); y = out(t * w): diffusers' RMSNorm
+};
+
+// rstd = 1 / sqrt(sum_squares / D + eps), each step correctly rounded.
+KA_HD inline float rms_rstd(float sum_squares, int d, float eps) {
+  const float mean = div(sum_squares, static_cast<float>(d));
+  return div(1.0f, sqrt_rn(add(mean, eps)));
+}
+
+// rstd of a row whose element i is `x(i)` (already widened to fp32).
+template <class Load>
+KA_HD float row_rstd(int d, float eps, const Load& x) {
+  return rms_rstd(tree_sum(d, [&](int i) {
+                    const float v = x(i);
+                    return mul(v, v);
+                  }),
+                  d, eps);
+}
+
+// The normalised value the weight multiplies: x * rstd, rounded through the
+// weight's dtype in diffusers mode (the `.to(weight.dtype)` of diffusers' RMSNorm).
+KA_HD inline float rms_normalized(float x, float rstd, NormMode mode, DType weight_dtype) {
+  const float n = mul(x, rstd);
+  return mode == NormMode::Diffusers ? round_through(weight_dtype, n) : n;
+}
+
+// Forward value before the single rounding to the output dtype.
+KA_HD inline float rms_forward(float x, float rstd, float w, NormMode mode, DType weight_dtype) {
+  return mul(rms_normalized(x, rstd, mode, weight_dtype), w);
+}
+
+// Row constants of the backward:
+//   dx = rstd * g - x * coef,  g = dy * w,  coef = rstd^3 * (sum_i g_i x_i) / D
+struct RmsBackwardRow {
+  float rstd;
+  float coef;
+};
+
+template <class LoadX, class LoadG>
+KA_HD RmsBackwardRow rms_backward_row(int d, float eps, const LoadX& x, const LoadG& g) {
+  const float rstd = row_rstd(d, eps, x);
+  const float dot = tree_sum(d, [&](int i) { return mul(g(i), x(i)); });
+  const float rstd3 = mul(mul(rstd, rstd), rstd);
+  return {rstd, mul(rstd3, div(dot, static_cast<float>(d)))};
+}
+
+KA_HD inline float rms_backward_dx(float x, float g, RmsBackwardRow row) {
+  return sub(mul(row.rstd, g), mul(x, row.coef));
+}
+
+// dw is summed over rows in a fixed partition that does not depend on threads:
+// kDwBlocks contiguous blocks, block b = rows [b*N/kDwBlocks, (b+1)*N/kDwBlocks)
+// (integer division), each summed in row order from +0, then the block sums added
+// in block order from +0. A backend may give blocks to threads as it likes.
+inline constexpr int kDwBlocks = 64;
+
+KA_HD inline long long dw_block_begin(long long rows, int block) {
+  return rows * block / kDwBlocks;
+}
+
+}  // namespace kernel_align::contract

@@ -1,0 +1,29 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace kernel_align {
+
+// Every rejected input raises this, naming the argument, what was expected and
+// what was found, so a caller (or the CLI) can print one clear line.
+class Error : public std::invalid_argument {
+ public:
+  Error(std::string argument, std::string expected, std::string found)
+      : std::invalid_argument("argument '" + argument + "': expected " + expected + ", found " +
+                              found),
+        argument_(std::move(argument)),
+        expected_(std::move(expected)),
+        found_(std::move(found)) {}
+
+  const std::string& argument() const { return argument_; }
+  const std::string& expected() const { return expected_; }
+  const std::string& found() const { return found_; }
+
+ private:
+  std::string argument_;
+  std::string expected_;
+  std::string found_;
+};
+
+}  // namespace kernel_align
