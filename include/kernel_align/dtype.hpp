@@ -13,7 +13,9 @@ enum class DType : std::uint8_t {
   F16,   // IEEE binary16, stored as its 16-bit pattern
 };
 
-constexpr std::size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+constexpr std::size_t dtype_size(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
 
 constexpr const char* dtype_name(DType t) {
   switch (t) {

@@ -11,7 +11,9 @@
 
 namespace kernel_align::contract {
 
-KA_HD inline float bf16_to_f32(std::uint16_t h) { return float_of(std::uint32_t{h} << 16); }
+KA_HD inline float bf16_to_f32(std::uint16_t h) {
+  return float_of(std::uint32_t{h} << 16);
+}
 
 KA_HD inline std::uint16_t f32_to_bf16(float f) {
   std::uint32_t x = bits_of(f);
@@ -40,7 +42,7 @@ KA_HD inline std::uint16_t f32_to_f16(float f) {
   if (magnitude > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);
   // 65520 is the midpoint between 65504 (odd mantissa) and 2^16: ties to even, Inf.
   if (magnitude >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);
-  if (magnitude >= 0x38800000u) {  // normal in fp16: >= 2^-14
+  if (magnitude >= 0x38800000u) {               // normal in fp16: >= 2^-14
     std::uint32_t v = magnitude - 0x38000000u;  // rebias the exponent 127 -> 15
     v += 0xFFFu + ((v >> 13) & 1u);
     return static_cast<std::uint16_t>(sign | (v >> 13));

@@ -73,6 +73,8 @@ KA_HD inline float float_of(std::uint32_t u) {
   return f;
 }
 
-KA_HD inline bool is_nan(float f) { return (bits_of(f) & 0x7FFFFFFFu) > 0x7F800000u; }
+KA_HD inline bool is_nan(float f) {
+  return (bits_of(f) & 0x7FFFFFFFu) > 0x7F800000u;
+}
 
 }  // namespace kernel_align::contract

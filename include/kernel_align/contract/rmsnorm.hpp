@@ -24,10 +24,11 @@ KA_HD inline float rms_rstd(float sum_squares, int d, float eps) {
 // rstd of a row whose element i is `x(i)` (already widened to fp32).
 template <class Load>
 KA_HD float row_rstd(int d, float eps, const Load& x) {
-  return rms_rstd(tree_sum(d, [&](int i) {
-                    const float v = x(i);
-                    return mul(v, v);
-                  }),
+  return rms_rstd(tree_sum(d,
+                           [&](int i) {
+                             const float v = x(i);
+                             return mul(v, v);
+                           }),
                   d, eps);
 }
 
