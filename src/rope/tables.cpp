@@ -1,0 +1,279 @@
+// cos/sin tables of multi-axis RoPE (docs/positions-and-tables.md, "Tables").
+//
+// Every step of diffusers' recipe runs in MPFR at fp32's precision and exponent
+// range and is rounded once, to nearest-even with fp32's subnormals: each result is
+// the correctly rounded fp32 value of its step. MPFR computes with integers only, so
+// the tables do not depend on the machine, the compiler, the libm, or the caller's
+// rounding mode and flush-to-zero state.
+#include "kernel_align/tables.hpp"
+
+#include <mpfr.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+
+#include "kernel_align/contract/float_ops.hpp"
+#include "kernel_align/error.hpp"
+#include "kernel_align/ops.hpp"
+
+namespace kernel_align {
+namespace {
+
+constexpr std::int64_t kMaxRows = std::numeric_limits<std::int32_t>::max();
+
+// fp32 in MPFR's terms: 24-bit significands; MPFR writes x = 0.1b...b * 2^e, so the
+// smallest subnormal 2^-149 has e = -148 and the largest finite value e = 128.
+constexpr mpfr_prec_t kFp32Precision = 24;
+constexpr mpfr_exp_t kFp32MinExponent = -148;
+constexpr mpfr_exp_t kFp32MaxExponent = 128;
+
+// While alive, MPFR's exponent range (per thread) is fp32's, so that results overflow
+// and become subnormal where fp32's do. The caller's range and flags come back after.
+class Fp32ExponentRange {
+ public:
+  Fp32ExponentRange()
+      : saved_min_(mpfr_get_emin()), saved_max_(mpfr_get_emax()), saved_flags_(mpfr_flags_save()) {
+    mpfr_set_emin(kFp32MinExponent);
+    mpfr_set_emax(kFp32MaxExponent);
+  }
+  ~Fp32ExponentRange() {
+    mpfr_set_emin(saved_min_);
+    mpfr_set_emax(saved_max_);
+    mpfr_flags_restore(saved_flags_, MPFR_FLAGS_ALL);
+  }
+  Fp32ExponentRange(const Fp32ExponentRange&) = delete;
+  Fp32ExponentRange& operator=(const Fp32ExponentRange&) = delete;
+
+ private:
+  mpfr_exp_t saved_min_;
+  mpfr_exp_t saved_max_;
+  mpfr_flags_t saved_flags_;
+};
+
+// An MPFR variable holding an fp32 value. Use only while an Fp32ExponentRange lives.
+class Fp32Number {
+ public:
+  Fp32Number() { mpfr_init2(value_, kFp32Precision); }
+  ~Fp32Number() { mpfr_clear(value_); }
+  Fp32Number(const Fp32Number&) = delete;
+  Fp32Number& operator=(const Fp32Number&) = delete;
+
+  mpfr_ptr get() { return value_; }
+  mpfr_srcptr get() const { return value_; }
+
+  // Exact, from the bits: converting through double would meet denormals-are-zero.
+  void set_finite(float f) {
+    const std::uint32_t bits = contract::bits_of(f);
+    const std::uint32_t biased_exponent = (bits >> 23) & 0xFFu;
+    const std::uint32_t fraction = bits & 0x7FFFFFu;
+    // Subnormals: fraction * 2^-149; normal numbers: (2^23 + fraction) * 2^(biased - 150).
+    const std::uint32_t significand = biased_exponent == 0 ? fraction : (fraction | 0x800000u);
+    const long exponent = biased_exponent == 0 ? -149L : static_cast<long>(biased_exponent) - 150L;
+    mpfr_set_ui_2exp(value_, significand, exponent, MPFR_RNDN);
+    if ((bits >> 31) != 0) mpfr_neg(value_, value_, MPFR_RNDN);
+  }
+
+  // The value as a float, assembled from its bits (exact: it is an fp32 value).
+  // A NaN becomes the positive quiet NaN, so that no sign or payload depends on MPFR.
+  float to_float() const {
+    if (mpfr_nan_p(value_)) return contract::float_of(0x7FC00000u);
+    const std::uint32_t sign = mpfr_signbit(value_) ? 0x80000000u : 0u;
+    if (mpfr_inf_p(value_)) return contract::float_of(sign | 0x7F800000u);
+    if (mpfr_zero_p(value_)) return contract::float_of(sign);
+    // |value| = fraction * 2^exponent, fraction in [0.5, 1) with at most 24 bits: both
+    // the double and its scaling by 2^24 are exact.
+    long exponent = 0;
+    const double fraction = std::fabs(mpfr_get_d_2exp(&exponent, value_, MPFR_RNDN));
+    const auto significand = static_cast<std::uint32_t>(fraction * 16777216.0);  // [2^23, 2^24)
+    if (exponent >= -125) {  // normal: |value| >= 2^-126
+      const auto biased_exponent = static_cast<std::uint32_t>(exponent + 126);
+      return contract::float_of(sign | (biased_exponent << 23) | (significand - 0x800000u));
+    }
+    // Subnormal: |value| = (significand >> (-125 - exponent)) * 2^-149, the shifted-out
+    // bits being zero after mpfr_subnormalize.
+    return contract::float_of(sign | (significand >> (-125 - exponent)));
+  }
+
+ private:
+  mpfr_t value_;
+};
+
+// `ternary` is MPFR's sign of (rounded - exact) for the 24-bit rounding just done;
+// mpfr_subnormalize uses it to round a result in the subnormal range once more
+// without double rounding. The two together are IEEE fp32's round-to-nearest-even.
+void round_to_fp32(Fp32Number& x, int ternary) {
+  mpfr_subnormalize(x.get(), ternary, MPFR_RNDN);
+}
+
+void set_fp32_of_int(Fp32Number& result, long value) {
+  round_to_fp32(result, mpfr_set_si(result.get(), value, MPFR_RNDN));
+}
+
+void fp32_div(Fp32Number& result, const Fp32Number& a, const Fp32Number& b) {
+  round_to_fp32(result, mpfr_div(result.get(), a.get(), b.get(), MPFR_RNDN));
+}
+
+void fp32_mul(Fp32Number& result, const Fp32Number& a, const Fp32Number& b) {
+  round_to_fp32(result, mpfr_mul(result.get(), a.get(), b.get(), MPFR_RNDN));
+}
+
+void fp32_pow(Fp32Number& result, const Fp32Number& base, const Fp32Number& exponent) {
+  round_to_fp32(result, mpfr_pow(result.get(), base.get(), exponent.get(), MPFR_RNDN));
+}
+
+void fp32_reciprocal(Fp32Number& result, const Fp32Number& a) {
+  round_to_fp32(result, mpfr_ui_div(result.get(), 1, a.get(), MPFR_RNDN));
+}
+
+// mpfr_sin_cos returns s + 4c, s (c) being 0 when the sine (cosine) is exact, 1 when
+// it was rounded up and 2 when rounded down.
+int ternary_of_sin_cos_code(int code) {
+  return code == 0 ? 0 : (code == 1 ? 1 : -1);
+}
+
+void fp32_sin_cos(Fp32Number& sine, Fp32Number& cosine, const Fp32Number& angle) {
+  const int code = mpfr_sin_cos(sine.get(), cosine.get(), angle.get(), MPFR_RNDN);
+  round_to_fp32(sine, ternary_of_sin_cos_code(code & 3));
+  round_to_fp32(cosine, ternary_of_sin_cos_code(code >> 2));
+}
+
+// e = fp32(2i) / fp32(dim); p = theta^e; inverse = 1 / p.
+void compute_inverse_frequency(Fp32Number& inverse, int i, int dim, const Fp32Number& theta) {
+  Fp32Number exponent;
+  Fp32Number denominator;
+  Fp32Number power;
+  set_fp32_of_int(exponent, 2 * i);
+  set_fp32_of_int(denominator, dim);
+  fp32_div(exponent, exponent, denominator);
+  fp32_pow(power, theta, exponent);
+  fp32_reciprocal(inverse, power);
+}
+
+// Writes columns [first_column, first_column + dim/2) of every row of `tables`, the
+// columns of `axis`. Positions repeat across rows (an 83x83 image has 83 distinct
+// heights for 6889 tokens), so each distinct position's half-row is computed once and
+// then copied to the rows that hold it; the values do not depend on the row.
+void fill_axis_columns(const std::int32_t* positions, std::size_t axes, std::size_t axis, int dim,
+                       const Fp32Number& theta, std::size_t first_column, RopeTables& tables) {
+  const auto rows = static_cast<std::size_t>(tables.rows);
+  const auto columns = static_cast<std::size_t>(tables.columns);
+  const auto half = static_cast<std::size_t>(dim / 2);
+
+  std::vector<Fp32Number> inverse_frequencies(half);
+  for (std::size_t i = 0; i < half; ++i) {
+    compute_inverse_frequency(inverse_frequencies[i], static_cast<int>(i), dim, theta);
+  }
+
+  std::vector<std::int32_t> distinct(rows);
+  for (std::size_t r = 0; r < rows; ++r) distinct[r] = positions[r * axes + axis];
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+
+  std::vector<float> distinct_cos(distinct.size() * half);
+  std::vector<float> distinct_sin(distinct.size() * half);
+  Fp32Number position;
+  Fp32Number angle;
+  Fp32Number sine;
+  Fp32Number cosine;
+  for (std::size_t d = 0; d < distinct.size(); ++d) {
+    set_fp32_of_int(position, distinct[d]);
+    for (std::size_t i = 0; i < half; ++i) {
+      fp32_mul(angle, position, inverse_frequencies[i]);
+      fp32_sin_cos(sine, cosine, angle);
+      distinct_cos[d * half + i] = cosine.to_float();
+      distinct_sin[d * half + i] = sine.to_float();
+    }
+  }
+
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto found =
+        std::lower_bound(distinct.begin(), distinct.end(), positions[r * axes + axis]);
+    const auto source = static_cast<std::size_t>(found - distinct.begin()) * half;
+    const std::size_t target = r * columns + first_column;
+    std::copy_n(distinct_cos.begin() + source, half, tables.cos.begin() + target);
+    std::copy_n(distinct_sin.begin() + source, half, tables.sin.begin() + target);
+  }
+}
+
+std::string float_text(float f) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, f);
+  return std::string(buffer, result.ptr);
+}
+
+void check_theta(const char* argument, float theta) {
+  if (!std::isfinite(theta) || !(theta > 0.0f)) {
+    throw Error(argument, "finite and > 0", float_text(theta));
+  }
+}
+
+void check_axis_dim(const std::string& argument, int dim) {
+  if (dim <= 0 || dim % 2 != 0 || dim > kMaxHeadDim) {
+    throw Error(argument, "even and in [2, 4096]", std::to_string(dim));
+  }
+}
+
+// Returns the head dimension D, the sum of the axes' dimensions.
+int check_spec(const RopeTableSpec& spec) {
+  if (spec.axes_dim.empty()) throw Error("spec.axes_dim", "at least one axis", "none");
+  int head_dim = 0;
+  for (std::size_t a = 0; a < spec.axes_dim.size(); ++a) {
+    check_axis_dim("spec.axes_dim[" + std::to_string(a) + "]", spec.axes_dim[a]);
+    head_dim += spec.axes_dim[a];
+    if (head_dim > kMaxHeadDim) {
+      throw Error("spec.axes_dim", "dimensions summing to at most 4096",
+                  "a sum of " + std::to_string(head_dim) + " up to axis " + std::to_string(a));
+    }
+  }
+  check_theta("spec.theta", spec.theta);
+  return head_dim;
+}
+
+}  // namespace
+
+RopeTables build_rope_tables(const std::int32_t* positions, std::int64_t rows,
+                             const RopeTableSpec& spec) {
+  const int head_dim = check_spec(spec);
+  if (rows < 1 || rows > kMaxRows) {
+    throw Error("rows", "between 1 and 2147483647", std::to_string(rows));
+  }
+  if (positions == nullptr) throw Error("positions", "a non-null pointer", "null");
+
+  RopeTables tables;
+  tables.rows = rows;
+  tables.columns = head_dim / 2;
+  tables.cos.resize(static_cast<std::size_t>(rows * tables.columns));
+  tables.sin.resize(tables.cos.size());
+
+  const Fp32ExponentRange fp32_range;
+  Fp32Number theta;
+  theta.set_finite(spec.theta);
+  std::size_t first_column = 0;
+  for (std::size_t a = 0; a < spec.axes_dim.size(); ++a) {
+    fill_axis_columns(positions, spec.axes_dim.size(), a, spec.axes_dim[a], theta, first_column,
+                      tables);
+    first_column += static_cast<std::size_t>(spec.axes_dim[a] / 2);
+  }
+  return tables;
+}
+
+float rope_inverse_frequency(int i, int dim, float theta) {
+  check_axis_dim("dim", dim);
+  if (i < 0 || i >= dim / 2) {
+    throw Error("i", "in [0, dim/2) = [0, " + std::to_string(dim / 2) + ")", std::to_string(i));
+  }
+  check_theta("theta", theta);
+
+  const Fp32ExponentRange fp32_range;
+  Fp32Number theta_value;
+  theta_value.set_finite(theta);
+  Fp32Number inverse;
+  compute_inverse_frequency(inverse, i, dim, theta_value);
+  return inverse.to_float();
+}
+
+}  // namespace kernel_align
