@@ -1,0 +1,305 @@
+// Every way to call `kernel-align` wrongly: exit status 2, one stderr line naming the
+// argument, and nothing written.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "cli_harness.hpp"
+
+namespace kernel_align::cli::test {
+namespace {
+
+using Tokens = std::vector<std::string>;
+
+Tokens operator+(Tokens a, const Tokens& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+constexpr std::int64_t kSeq = 6;
+
+const Tokens kRmsNorm{"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "y.npy"};
+const Tokens kRmsNormBackward{
+    "apply", "qk-rmsnorm-backward", "--x", "x.npy", "--dy", "dy.npy", "--dx", "dx.npy"};
+const Tokens kRopeOptions{"--pairing", "interleaved", "--layout", "bshd"};
+const Tokens kRopeFromTables = Tokens{"apply",   "rope",  "--x",     "x.npy", "--cos",
+                                      "cos.npy", "--sin", "sin.npy", "--out", "y.npy"} +
+                               kRopeOptions;
+const Tokens kRopeFromPositions =
+    Tokens{"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out", "y.npy"} +
+    kRopeOptions;
+const Tokens kPositions{"positions",  "--layout", "diffusers", "--image",    "64x32",
+                        "--text-len", "4",        "--out",     "pos_out.npy"};
+const Tokens kTables{"tables", "--positions", "pos.npy", "--cos", "c.npy", "--sin", "s.npy"};
+
+// Valid inputs for every command; each test breaks one thing. x is a BSHD tensor of
+// kSeq tokens and 2 heads, usable by qk-rmsnorm and rope alike.
+class CliErrorTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    kernel_align::test::Rng rng(7);
+    write("x.npy", random_array(DType::BF16, {1, kSeq, 2, 128}, rng));
+    write("dy.npy", random_array(DType::BF16, {1, kSeq, 2, 128}, rng));
+    write("w.npy", random_array(DType::BF16, {128}, rng));
+    write("cos.npy", random_array(DType::F32, {kSeq, 64}, rng));
+    write("sin.npy", random_array(DType::F32, {kSeq, 64}, rng));
+    std::vector<std::int32_t> positions;
+    for (std::int32_t t = 0; t < kSeq * 3; ++t) positions.push_back(t % 5 - 2);
+    write("pos.npy", int32_array({kSeq, 3}, positions));
+  }
+
+  // Replaces x.npy by a BSHD-or-whatever tensor of `shape`.
+  void write_x(std::vector<std::int64_t> shape, DType type = DType::BF16) const {
+    kernel_align::test::Rng rng(11);
+    write("x.npy", random_array(type, std::move(shape), rng));
+  }
+};
+
+TEST_F(CliErrorTest, NoCommand) {
+  expect_bad_argument({}, "command");
+}
+
+TEST_F(CliErrorTest, UnknownCommand) {
+  expect_bad_argument({"frobnicate"}, "command");
+}
+
+TEST_F(CliErrorTest, UnknownOrMissingApplyOperation) {
+  expect_bad_argument({"apply", "softmax", "--x", "x.npy"}, "apply");
+  expect_bad_argument({"apply"}, "apply");
+}
+
+TEST_F(CliErrorTest, UnknownFlag) {
+  expect_bad_argument(kRmsNorm + Tokens{"--bogus", "1"}, "--bogus");
+  // A flag of another command is unknown here too.
+  expect_bad_argument(kRmsNorm + Tokens{"--pairing", "half"}, "--pairing");
+}
+
+TEST_F(CliErrorTest, BareValue) {
+  expect_bad_argument(kPositions + Tokens{"stray"}, "stray");
+}
+
+TEST_F(CliErrorTest, MissingValue) {
+  expect_bad_argument({"apply", "qk-rmsnorm", "--out", "y.npy", "--x"}, "--x");
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "--out", "y.npy"}, "--x");
+}
+
+TEST_F(CliErrorTest, RepeatedFlag) {
+  expect_bad_argument(kRmsNorm + Tokens{"--x", "dy.npy"}, "--x");
+}
+
+TEST_F(CliErrorTest, MissingRequiredFlag) {
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "x.npy"}, "--out");
+  expect_bad_argument({"apply", "qk-rmsnorm", "--out", "y.npy"}, "--x");
+  expect_bad_argument({"apply", "qk-rmsnorm-backward", "--x", "x.npy", "--dx", "dx.npy"}, "--dy");
+  expect_bad_argument({"positions", "--image", "64x32", "--text-len", "4", "--out", "p.npy"},
+                      "--layout");
+  expect_bad_argument({"positions", "--layout", "seed", "--image", "64x32", "--out", "p.npy"},
+                      "--text-len");
+  expect_bad_argument({"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out", "y.npy",
+                       "--layout", "bshd"},
+                      "--pairing");
+  expect_bad_argument({"tables", "--positions", "pos.npy", "--cos", "c.npy"}, "--sin");
+  // Neither --positions nor --cos/--sin.
+  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--out", "y.npy"} + kRopeOptions,
+                      "--cos");
+}
+
+TEST_F(CliErrorTest, MissingFile) {
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "absent.npy", "--out", "y.npy"}, "--x");
+  expect_bad_argument(kRmsNorm + Tokens{"--weight", "absent.npy"}, "--weight");
+  // A control character in a name must not break the message into two lines.
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "two\nlines.npy", "--out", "y.npy"}, "--x");
+}
+
+TEST_F(CliErrorTest, UnreadableFile) {
+  fs::create_directory(work() / "directory.npy");
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "directory.npy", "--out", "y.npy"}, "--x");
+  if (::geteuid() != 0) {  // root reads a file whatever its mode
+    ::chmod((work() / "x.npy").c_str(), 0);
+    expect_bad_argument(kRmsNorm, "--x");
+  }
+}
+
+TEST_F(CliErrorTest, WrongDtype) {
+  write_x({1, kSeq, 2, 128}, DType::F32);
+  write("x_int.npy", int32_array({2}, {1, 2}));
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "x_int.npy", "--out", "y.npy"}, "--x");
+  expect_bad_argument(kRmsNorm + Tokens{"--weight", "pos.npy"}, "--weight");
+  // Positions are int32, tables fp32.
+  expect_bad_argument({"tables", "--positions", "cos.npy", "--cos", "c.npy", "--sin", "s.npy"},
+                      "--positions");
+  kernel_align::test::Rng rng(3);
+  write("cos_bf16.npy", random_array(DType::BF16, {kSeq, 64}, rng));
+  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--cos", "cos_bf16.npy", "--sin",
+                             "sin.npy", "--out", "y.npy"} +
+                          kRopeOptions,
+                      "--cos");
+}
+
+TEST_F(CliErrorTest, ShapeMismatch) {
+  kernel_align::test::Rng rng(5);
+  write("dy_short.npy", random_array(DType::BF16, {1, kSeq, 2, 64}, rng));
+  expect_bad_argument(
+      {"apply", "qk-rmsnorm-backward", "--x", "x.npy", "--dy", "dy_short.npy", "--dx", "dx.npy"},
+      "--dy");
+  write("w_short.npy", random_array(DType::BF16, {64}, rng));
+  expect_bad_argument(kRmsNorm + Tokens{"--weight", "w_short.npy"}, "--weight");
+  // Positions with two columns for three axes.
+  write("pos2.npy", int32_array({3, 2}, {0, 0, 1, 1, 2, 2}));
+  expect_bad_argument({"tables", "--positions", "pos2.npy", "--cos", "c.npy", "--sin", "s.npy"},
+                      "--positions");
+}
+
+TEST_F(CliErrorTest, HeadDimIsNotTheSumOfTheAxes) {
+  expect_bad_argument(kRopeFromPositions + Tokens{"--axes", "16,56,40"}, "--axes");
+}
+
+TEST_F(CliErrorTest, OddDims) {
+  expect_bad_argument(kTables + Tokens{"--axes", "16,55,57"}, "--axes");
+  expect_bad_argument(kRopeFromPositions + Tokens{"--axes", "16,55,57"}, "--axes");
+  write_x({1, kSeq, 2, 127});
+  expect_bad_argument(kRmsNorm, "--x");
+  expect_bad_argument(kRopeFromTables, "--x");
+}
+
+TEST_F(CliErrorTest, SequenceLengthIsNotTheTableRows) {
+  kernel_align::test::Rng rng(9);
+  write("cos5.npy", random_array(DType::F32, {kSeq - 1, 64}, rng));
+  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--cos", "cos5.npy", "--sin",
+                             "sin.npy", "--out", "y.npy"} +
+                          kRopeOptions,
+                      "--cos");
+  // In layout bhsd the sequence of x [1, 6, 2, 128] is 2 tokens, not 6.
+  expect_bad_argument({"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out", "y.npy",
+                       "--pairing", "half", "--layout", "bhsd"},
+                      "--positions");
+  expect_bad_argument({"apply", "rope-backward", "--dy", "x.npy", "--cos", "cos.npy", "--sin",
+                       "sin.npy", "--dx", "dx.npy", "--pairing", "half", "--layout", "bhsd"},
+                      "--cos");
+}
+
+TEST_F(CliErrorTest, NonFiniteOrNegativeEps) {
+  for (const char* eps : {"inf", "-inf", "nan", "1e99"}) {
+    expect_bad_argument(kRmsNorm + Tokens{"--eps", eps}, "--eps");
+  }
+  expect_bad_argument(kRmsNorm + Tokens{"--eps", "-1e-6"}, "--eps");
+  expect_bad_argument(kTables + Tokens{"--theta", "inf"}, "--theta");
+  expect_bad_argument(kTables + Tokens{"--theta", "0"}, "--theta");
+}
+
+TEST_F(CliErrorTest, EmptyTensor) {
+  write("empty.npy", make_npy_array(NpyType::BF16, {0, 128}));
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "empty.npy", "--out", "y.npy"}, "--x");
+}
+
+TEST_F(CliErrorTest, TruncatedNpy) {
+  std::vector<std::byte> bytes = encode_npy(read("x.npy"));
+  bytes.pop_back();
+  write_bytes("x.npy", bytes);
+  expect_bad_argument(kRmsNorm, "--x");
+  write_bytes("x.npy", {bytes.begin(), bytes.begin() + 20});
+  expect_bad_argument(kRmsNorm, "--x");
+}
+
+TEST_F(CliErrorTest, MalformedNpy) {
+  std::vector<std::byte> bytes = encode_npy(read("x.npy"));
+  bytes[12] = std::byte{'!'};  // inside the header dict
+  write_bytes("x.npy", bytes);
+  expect_bad_argument(kRmsNorm, "--x");
+  write_bytes("x.npy", {std::byte{'P'}, std::byte{'K'}, std::byte{3}, std::byte{4}});
+  expect_bad_argument(kRmsNorm, "--x");
+}
+
+TEST_F(CliErrorTest, BadImageSize) {
+  for (const char* image : {"1328", "axb", "1328x", "x1328", "1000x1328", "0x16", "-16x16"}) {
+    expect_bad_argument({"positions", "--layout", "diffusers", "--image", image, "--text-len", "4",
+                         "--out", "p.npy"},
+                        "--image");
+  }
+  expect_bad_argument({"positions", "--layout", "diffusers", "--text-len", "4", "--out", "p.npy"},
+                      "--image");
+  // The seed layout has one image.
+  expect_bad_argument({"positions", "--layout", "seed", "--image", "32x32", "--image", "32x32",
+                       "--text-len", "4", "--out", "p.npy"},
+                      "--image");
+}
+
+TEST_F(CliErrorTest, NonNumericNumbers) {
+  expect_bad_argument(
+      {"positions", "--layout", "seed", "--image", "64x32", "--text-len", "four", "--out", "p.npy"},
+      "--text-len");
+  expect_bad_argument(kPositions + Tokens{"--start", "1.5"}, "--start");
+  expect_bad_argument(kPositions + Tokens{"--end", "9z"}, "--end");
+  expect_bad_argument(kPositions + Tokens{"--frame", "one"}, "--frame");
+  expect_bad_argument(kPositions + Tokens{"--frame", "4294967296"}, "--frame");
+  expect_bad_argument(kRmsNorm + Tokens{"--eps", "1e-6x"}, "--eps");
+  expect_bad_argument(kTables + Tokens{"--axes", "16,a,56"}, "--axes");
+  expect_bad_argument(kTables + Tokens{"--axes", "16,56,"}, "--axes");
+  expect_bad_argument(kTables + Tokens{"--theta", "ten"}, "--theta");
+}
+
+TEST_F(CliErrorTest, BadChoices) {
+  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out",
+                             "y.npy", "--pairing", "diagonal", "--layout", "bshd"},
+                      "--pairing");
+  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out",
+                             "y.npy", "--pairing", "half", "--layout", "sbhd"},
+                      "--layout");
+  expect_bad_argument(kRmsNorm + Tokens{"--mode", "fast"}, "--mode");
+  expect_bad_argument(kRmsNorm + Tokens{"--out-dtype", "fp64"}, "--out-dtype");
+  expect_bad_argument(
+      {"positions", "--layout", "flux", "--image", "64x32", "--text-len", "4", "--out", "p.npy"},
+      "--layout");
+}
+
+TEST_F(CliErrorTest, PositionsConflictWithCosSin) {
+  expect_bad_argument(kRopeFromPositions + Tokens{"--cos", "cos.npy", "--sin", "sin.npy"}, "--cos");
+  expect_bad_argument(kRopeFromPositions + Tokens{"--sin", "sin.npy"}, "--sin");
+  // --axes and --theta configure tables built from positions only.
+  expect_bad_argument(kRopeFromTables + Tokens{"--axes", "16,56,56"}, "--axes");
+  expect_bad_argument(kRopeFromTables + Tokens{"--theta", "10000"}, "--theta");
+}
+
+TEST_F(CliErrorTest, DwWithoutWeight) {
+  expect_bad_argument(kRmsNormBackward + Tokens{"--dw", "dw.npy"}, "--dw");
+}
+
+TEST_F(CliErrorTest, RopeNeedsFourDims) {
+  write_x({kSeq, 128});
+  expect_bad_argument(kRopeFromTables, "--x");
+  expect_bad_argument(kRopeFromPositions, "--x");
+}
+
+TEST_F(CliErrorTest, FramesDoNotMatchImages) {
+  expect_bad_argument(kPositions + Tokens{"--image", "32x32", "--frame", "1"}, "--frame");
+  expect_bad_argument({"positions", "--layout", "seed", "--image", "32x32", "--frame", "1",
+                       "--text-len", "4", "--out", "p.npy"},
+                      "--frame");
+}
+
+TEST_F(CliErrorTest, BadSlice) {
+  // 4 text tokens + a 2x4 grid: S = 12.
+  expect_bad_argument(kPositions + Tokens{"--start", "5", "--end", "5"}, "--start");
+  expect_bad_argument(kPositions + Tokens{"--end", "13"}, "--end");
+  expect_bad_argument(kPositions + Tokens{"--start", "-1"}, "--start");
+  expect_bad_argument(kPositions + Tokens{"--text-len", "-1"}, "--text-len");
+}
+
+TEST_F(CliErrorTest, UnwritableOutputsWriteNothing) {
+  // The first of two outputs is fine, the second cannot be written: neither appears.
+  expect_bad_argument(
+      {"tables", "--positions", "pos.npy", "--cos", "c.npy", "--sin", "no_such_dir/s.npy"},
+      "--sin");
+  expect_bad_argument(kRmsNormBackward + Tokens{"--weight", "w.npy", "--dw", "no_such_dir/dw.npy"},
+                      "--dw");
+  fs::create_directory(work() / "out_dir");
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "out_dir"}, "--out");
+  expect_bad_argument({"tables", "--positions", "pos.npy", "--cos", "t.npy", "--sin", "t.npy"},
+                      "--sin");
+}
+
+}  // namespace
+}  // namespace kernel_align::cli::test

@@ -1,0 +1,157 @@
+#include "cli.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <ostream>
+#include <string_view>
+
+#include "commands.hpp"
+#include "kernel_align/contract/version.hpp"
+#include "kernel_align/error.hpp"
+#include "messages.hpp"
+#include "run.hpp"
+
+namespace kernel_align::cli {
+namespace {
+
+constexpr std::string_view kApply = "apply";
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> all{positions_command(),       tables_command(),
+                                        rmsnorm_forward_command(), rmsnorm_backward_command(),
+                                        rope_forward_command(),    rope_backward_command()};
+  return all;
+}
+
+const Command* find_command(std::string_view name) {
+  for (const Command& c : commands()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+// "qk-rmsnorm, qk-rmsnorm-backward, ..." for `apply`, "positions, tables, apply, ..." at the top.
+std::string command_words(bool apply_operations) {
+  std::vector<std::string> words;
+  for (const Command& c : commands()) {
+    const std::string_view name = c.name;
+    const bool is_apply = name.starts_with(kApply) && name.size() > kApply.size();
+    if (apply_operations != is_apply) continue;
+    words.emplace_back(apply_operations ? name.substr(kApply.size() + 1) : name);
+  }
+  if (!apply_operations) words.insert(words.end(), {std::string(kApply), "run", "help"});
+  std::string joined;
+  for (const std::string& w : words) joined += (joined.empty() ? "" : ", ") + w;
+  return joined;
+}
+
+std::string version_line() {
+  return std::string("kernel-align ") + KERNEL_ALIGN_PROJECT_VERSION + " (" +
+         contract::kVersionString + ")";
+}
+
+void print_usage(std::ostream& out, const Command& c) {
+  out << "usage: kernel-align " << c.name << ' ' << c.synopsis << "\n  " << c.summary << '\n';
+}
+
+void print_run_usage(std::ostream& out) {
+  out << "usage: kernel-align run " << kRunSynopsis
+      << "\n  the main job: positions, tables, qk-rmsnorm then rope on random q and k, judged by "
+         "the fp64 oracle, and a batch-invariance check\n";
+}
+
+void print_help(std::ostream& out) {
+  out << version_line() << ": bitwise-reproducible QK RMSNorm and multi-axis RoPE\n\n";
+  for (const Command& c : commands()) print_usage(out, c);
+  print_run_usage(out);
+  out << "usage: kernel-align --help | help [COMMAND] | --version\n\n"
+         "Arrays are .npy files: fp32 '<f4', fp16 '<f2', bf16 '<u2' (bit patterns), int32 '<i4'.\n"
+         "A bad argument exits with status 2 and one line on stderr; no output is written.\n";
+}
+
+bool asks_for_help(const std::vector<std::string>& tokens) {
+  return std::any_of(tokens.begin(), tokens.end(),
+                     [](const std::string& t) { return t == "--help" || t == "-h"; });
+}
+
+int dispatch(const std::vector<std::string>& args, std::ostream& out) {
+  if (args.empty()) throw Error("command", "one of " + command_words(false), "none");
+  const std::string& first = args[0];
+  if (first == "--version") {
+    out << version_line() << '\n';
+    return kExitOk;
+  }
+  if (first == "--help" || first == "-h" || (first == "help" && args.size() == 1)) {
+    print_help(out);
+    return kExitOk;
+  }
+  if (first == "help") {  // help COMMAND: the usage of that command
+    std::vector<std::string> command(args.begin() + 1, args.end());
+    command.emplace_back("--help");
+    return dispatch(command, out);
+  }
+  if (first == "run") {
+    const std::vector<std::string> tokens(args.begin() + 1, args.end());
+    if (asks_for_help(tokens)) {
+      print_run_usage(out);
+      return kExitOk;
+    }
+    return run_main_job(tokens);
+  }
+
+  // `apply` takes the operation as a second word.
+  const std::size_t words = first == kApply && args.size() > 1 ? 2 : 1;
+  const Command* command = find_command(words == 2 ? first + " " + args[1] : first);
+  if (command == nullptr) {
+    if (asks_for_help(args)) {
+      print_help(out);
+      return kExitOk;
+    }
+    if (first == kApply) {
+      throw Error(first, "an operation, one of " + command_words(true),
+                  words == 2 ? single_quoted(args[1]) : "none");
+    }
+    throw Error("command", "one of " + command_words(false), single_quoted(first));
+  }
+  const std::vector<std::string> tokens(args.begin() + static_cast<std::ptrdiff_t>(words),
+                                        args.end());
+  if (asks_for_help(tokens)) {
+    print_usage(out, *command);
+    return kExitOk;
+  }
+  command->run(Args(tokens, command->flags));
+  return kExitOk;
+}
+
+// Escapes control characters (a newline in a path, say): an error stays one line.
+std::string one_line(std::string_view text) {
+  std::string line;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7F) {
+      line += c;
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", u);
+      line += escaped;
+    }
+  }
+  return line;
+}
+
+}  // namespace
+
+int main_entry(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  try {
+    return dispatch(args, out);
+  } catch (const Error& e) {
+    err << "kernel-align: error: " << one_line(e.what()) << '\n';
+    return kExitBadArgument;
+  } catch (const std::exception& e) {
+    err << "kernel-align: internal error: " << one_line(e.what()) << '\n';
+    return kExitInternalError;
+  }
+}
+
+}  // namespace kernel_align::cli

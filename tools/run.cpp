@@ -1,0 +1,306 @@
+// kernel-align run: the main job. Builds positions and tables for a Qwen-Image
+// attention front end, applies qk_rmsnorm then RoPE to seeded random q and k,
+// judges the result against the fp64 oracle and checks batch invariance.
+#include "run.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli_args.hpp"
+#include "kernel_align/contract/convert.hpp"
+#include "kernel_align/contract/version.hpp"
+#include "kernel_align/ops.hpp"
+#include "kernel_align/positions.hpp"
+#include "kernel_align/tables.hpp"
+#include "oracle/oracle.hpp"
+#include "tensor_io.hpp"
+
+namespace kernel_align::cli {
+namespace {
+
+constexpr std::array<FlagSpec, 7> kRunFlags{{{"--image", true},
+                                             {"--text-len"},
+                                             {"--heads"},
+                                             {"--dtype"},
+                                             {"--layout"},
+                                             {"--seed"},
+                                             {"--batch"}}};
+constexpr int kHeadDim = 128;  // Qwen-Image; the sum of the default axes 16 + 56 + 56
+
+struct JobConfig {
+  PositionRequest positions;
+  std::int64_t heads = 24;
+  DType dtype = DType::BF16;
+  std::uint64_t seed = 42;
+  std::int64_t batch = 4;  // the batch the invariance check puts the sample into
+};
+
+JobConfig parse_config(const std::vector<std::string>& tokens) {
+  const Args args(tokens, kRunFlags);
+  JobConfig c;
+  c.positions.layout = parse_choice<PositionLayout>(
+      "--layout", args.optional("--layout").value_or("diffusers"),
+      {{"diffusers", PositionLayout::Diffusers}, {"seed", PositionLayout::Seed}});
+  std::vector<std::string> images = args.all("--image");
+  if (images.empty()) images = {"1328x1328"};
+  for (const std::string& image : images) c.positions.images.push_back(parse_image(image));
+  c.positions.text_len =
+      parse_int<std::int64_t>("--text-len", args.optional("--text-len").value_or("256"));
+  c.heads = parse_int<std::int64_t>("--heads", args.optional("--heads").value_or("24"));
+  if (c.heads < 1) throw Error("--heads", "a head count >= 1", std::to_string(c.heads));
+  c.dtype = parse_dtype("--dtype", args.optional("--dtype").value_or("bf16"));
+  c.seed = parse_int<std::uint64_t>("--seed", args.optional("--seed").value_or("42"));
+  c.batch = parse_int<std::int64_t>("--batch", args.optional("--batch").value_or("4"));
+  if (c.batch < 2) throw Error("--batch", "a batch size >= 2", std::to_string(c.batch));
+  return c;
+}
+
+// splitmix64: a fixed, platform-independent stream.
+class Random {
+ public:
+  explicit Random(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [lo, lo + 2^k) from 24 random bits; every step is exact in fp32.
+  float uniform(float lo, float width) {
+    return lo + width * (static_cast<float>(next() >> 40) * 0x1p-24f);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+NpyArray random_tensor(Random& random, DType dtype, std::vector<std::int64_t> shape, float lo,
+                       float width) {
+  NpyArray a = make_npy_array(npy_type_of(dtype), std::move(shape));
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    contract::store_output(dtype, a.data.data(), i, random.uniform(lo, width));
+  }
+  return a;
+}
+
+std::vector<double> widened(const ConstTensorView& v) {
+  std::vector<double> out(static_cast<std::size_t>(v.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = contract::load_f32(v.dtype, v.data, static_cast<std::int64_t>(i));
+  }
+  return out;
+}
+
+// The four learned norm weights of a diffusers block (none in the seed layout).
+struct NormWeights {
+  std::optional<NpyArray> text;
+  std::optional<NpyArray> image;
+};
+
+struct Stage {
+  NormWeights q;
+  NormWeights k;
+  NormMode mode = NormMode::Single;
+  RopeOptions rope;
+  std::int64_t text_len = 0;
+  ConstTensorView cos;
+  ConstTensorView sin;
+};
+
+// Sequence positions [begin, end) of a contiguous [B, S, H, D] view.
+template <class View>
+View sequence_slice(View v, std::int64_t begin, std::int64_t end) {
+  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(v.data)>>,
+                                  const unsigned char, unsigned char>;
+  v.data = static_cast<Byte*>(v.data) +
+           begin * v.strides[1] * static_cast<std::int64_t>(dtype_size(v.dtype));
+  v.shape[1] = end - begin;
+  return v;
+}
+
+std::optional<ConstTensorView> view_of(const std::optional<NpyArray>& a) {
+  return a ? std::optional<ConstTensorView>(const_view(*a)) : std::nullopt;
+}
+
+// qk_rmsnorm (text and image rows with their own weights) into `normed`, then RoPE
+// from `normed` into `out`.
+void norm_then_rope(const Stage& stage, const NormWeights& weights, const NpyArray& x,
+                    NpyArray& normed, NpyArray& out) {
+  const ConstTensorView xv = const_view(x);
+  const TensorView nv = mutable_view(normed);
+  const std::int64_t seq = xv.shape[1];
+  const RmsNormOptions options{1e-6f, stage.mode};
+  if (stage.text_len > 0) {
+    qk_rmsnorm_forward(sequence_slice(xv, 0, stage.text_len), view_of(weights.text),
+                       sequence_slice(nv, 0, stage.text_len), options);
+  }
+  qk_rmsnorm_forward(sequence_slice(xv, stage.text_len, seq), view_of(weights.image),
+                     sequence_slice(nv, stage.text_len, seq), options);
+  multi_axis_rope_forward(nv, stage.cos, stage.sin, mutable_view(out), stage.rope);
+}
+
+struct OracleVerdict {
+  std::int64_t checked = 0;
+  std::int64_t outside = 0;
+  double worst_ratio = 0.0;  // max |result - exact| / bound
+
+  void judge(const std::vector<oracle::Expected>& expected, const ConstTensorView& result) {
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const double got =
+          contract::load_f32(result.dtype, result.data, static_cast<std::int64_t>(i));
+      ++checked;
+      if (!oracle::within(expected[i], got)) ++outside;
+      if (expected[i].bound > 0.0) {
+        worst_ratio = std::max(worst_ratio, std::abs(got - expected[i].value) / expected[i].bound);
+      }
+    }
+  }
+};
+
+// Each stage against exact math, given the stage's actual input bytes.
+void judge_with_oracle(const Stage& stage, const NormWeights& weights, const NpyArray& x,
+                       const NpyArray& normed, const NpyArray& out, OracleVerdict& verdict) {
+  const ConstTensorView xv = const_view(x);
+  const ConstTensorView nv = const_view(normed);
+  const std::int64_t seq = xv.shape[1];
+  const std::int64_t heads = xv.shape[2];
+  for (const auto& [begin, end, weight] :
+       {std::tuple{std::int64_t{0}, stage.text_len, &weights.text},
+        std::tuple{stage.text_len, seq, &weights.image}}) {
+    if (begin == end) continue;
+    const std::vector<double> w = *weight ? widened(const_view(**weight)) : std::vector<double>{};
+    const DType weight_dtype = *weight ? float_dtype(**weight, "weight") : DType::F32;
+    verdict.judge(oracle::rmsnorm_forward(widened(sequence_slice(xv, begin, end)), kHeadDim, w,
+                                          1e-6f, stage.mode, weight_dtype, nv.dtype),
+                  sequence_slice(nv, begin, end));
+  }
+  verdict.judge(oracle::rope(widened(nv), 1, seq, heads, kHeadDim, widened(stage.cos),
+                             widened(stage.sin), stage.rope.pairing, false, nv.dtype),
+                const_view(out));
+}
+
+// The sample's bytes must be the same alone and as element `slot` of a batch.
+bool batch_invariant(const NpyArray& alone, const NpyArray& batched, std::int64_t slot) {
+  const std::size_t sample_bytes = alone.data.size();
+  return std::memcmp(alone.data.data(), batched.data.data() + slot * sample_bytes, sample_bytes) ==
+         0;
+}
+
+// Batch of `batch` random samples with `sample` copied into slot `slot`.
+NpyArray batch_around(const NpyArray& sample, Random& random, DType dtype, std::int64_t batch,
+                      std::int64_t slot) {
+  std::vector<std::int64_t> shape = sample.shape;
+  shape[0] = batch;
+  NpyArray b = random_tensor(random, dtype, shape, -4.0f, 8.0f);
+  std::copy(sample.data.begin(), sample.data.end(),
+            b.data.begin() + static_cast<std::ptrdiff_t>(slot * sample.data.size()));
+  return b;
+}
+
+class Clock {
+ public:
+  double lap_ms() {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+    return ms;
+  }
+  double total_s() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_ = start_;
+};
+
+}  // namespace
+
+int run_main_job(const std::vector<std::string>& tokens) {
+  const JobConfig config = parse_config(tokens);
+  const bool diffusers = config.positions.layout == PositionLayout::Diffusers;
+  Clock clock;
+
+  std::printf("kernel-align run (%s, reference backend)\n", contract::kVersionString);
+  const std::vector<Position> positions = build_positions(config.positions);
+  const auto seq = static_cast<std::int64_t>(positions.size());
+  std::string grids;
+  for (const ImageGrid& g : config.positions.images) {
+    grids += (grids.empty() ? "" : ", ") + std::to_string(g.height) + "x" + std::to_string(g.width);
+  }
+  std::printf(
+      "  layout %s: text %lld + images (h x w tokens) %s -> S = %lld; %lld heads x %d, %s\n",
+      position_layout_name(config.positions.layout),
+      static_cast<long long>(config.positions.text_len), grids.c_str(), static_cast<long long>(seq),
+      static_cast<long long>(config.heads), kHeadDim, dtype_name(config.dtype));
+  std::printf("  [1/5] positions                     %9.1f ms\n", clock.lap_ms());
+
+  const RopeTables tables = build_rope_tables(positions.front().data(), seq);
+  std::printf("  [2/5] cos/sin tables [%lld, %lld]       %9.1f ms\n", static_cast<long long>(seq),
+              static_cast<long long>(tables.columns), clock.lap_ms());
+
+  Random random(config.seed);
+  const std::vector<std::int64_t> sample_shape{1, seq, config.heads, kHeadDim};
+  Stage stage;
+  stage.mode = diffusers ? NormMode::Diffusers : NormMode::Single;
+  stage.rope = {diffusers ? Pairing::Interleaved : Pairing::Half, Layout::BSHD};
+  stage.text_len = config.positions.text_len;
+  stage.cos = ConstTensorView::contiguous(tables.cos.data(), DType::F32, {seq, tables.columns});
+  stage.sin = ConstTensorView::contiguous(tables.sin.data(), DType::F32, {seq, tables.columns});
+  if (diffusers) {
+    // Weights near 1, as trained RMSNorm weights are.
+    for (NormWeights* w : {&stage.q, &stage.k}) {
+      w->text = random_tensor(random, config.dtype, {kHeadDim}, 0.5f, 1.0f);
+      w->image = random_tensor(random, config.dtype, {kHeadDim}, 0.5f, 1.0f);
+    }
+  }
+
+  OracleVerdict verdict;
+  bool invariant = true;
+  double apply_ms = 0.0;
+  double oracle_ms = 0.0;
+  double batch_ms = 0.0;
+  for (const NormWeights* weights : {&stage.q, &stage.k}) {
+    const NpyArray x = random_tensor(random, config.dtype, sample_shape, -4.0f, 8.0f);
+    NpyArray normed = float_array_like(x, config.dtype);
+    NpyArray out = float_array_like(x, config.dtype);
+    clock.lap_ms();
+    norm_then_rope(stage, *weights, x, normed, out);
+    apply_ms += clock.lap_ms();
+    judge_with_oracle(stage, *weights, x, normed, out, verdict);
+    oracle_ms += clock.lap_ms();
+
+    const std::int64_t slot = config.batch / 2;
+    const NpyArray xb = batch_around(x, random, config.dtype, config.batch, slot);
+    NpyArray normed_b = float_array_like(xb, config.dtype);
+    NpyArray out_b = float_array_like(xb, config.dtype);
+    norm_then_rope(stage, *weights, xb, normed_b, out_b);
+    invariant = invariant && batch_invariant(out, out_b, slot);
+    batch_ms += clock.lap_ms();
+  }
+  std::printf("  [3/5] q, k: qk_rmsnorm (%s%s) + multi_axis_rope (%s, bshd) %9.1f ms\n",
+              norm_mode_name(stage.mode), diffusers ? ", text/image weights" : ", no weight",
+              pairing_name(stage.rope.pairing), apply_ms);
+  const bool oracle_pass = verdict.outside == 0;
+  std::printf(
+      "  [4/5] fp64 oracle: %lld values, %lld outside the bound, worst error/bound %.3f: %s"
+      "  (%.1f ms)\n",
+      static_cast<long long>(verdict.checked), static_cast<long long>(verdict.outside),
+      verdict.worst_ratio, oracle_pass ? "PASS" : "FAIL", oracle_ms);
+  std::printf(
+      "  [5/5] batch invariance: sample alone == slot %lld of a batch of %lld: %s  (%.1f ms)\n",
+      static_cast<long long>(config.batch / 2), static_cast<long long>(config.batch),
+      invariant ? "PASS" : "FAIL", batch_ms);
+  const bool pass = oracle_pass && invariant;
+  std::printf("  total %.2f s: %s\n", clock.total_s(), pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
+}
+
+}  // namespace kernel_align::cli
