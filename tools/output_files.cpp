@@ -56,7 +56,7 @@ std::string write_whole_file(const fs::path& path, const std::vector<std::byte>&
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const std::string reason = n < 0 ? std::strerror(errno) : "short write";
+      std::string reason = n < 0 ? std::strerror(errno) : "short write";
       ::close(fd);
       ::unlink(path.c_str());
       return reason;
@@ -64,7 +64,7 @@ std::string write_whole_file(const fs::path& path, const std::vector<std::byte>&
     done += static_cast<std::size_t>(n);
   }
   if (::close(fd) != 0) {
-    const std::string reason = std::strerror(errno);
+    std::string reason = std::strerror(errno);
     ::unlink(path.c_str());
     return reason;
   }
@@ -90,7 +90,7 @@ void write_outputs(const std::vector<OutputFile>& files) {
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     if (std::rename(temporaries[i].c_str(), files[i].path.c_str()) != 0) {
-      const std::string reason = std::strerror(errno);
+      std::string reason = std::strerror(errno);
       remove_temporaries();
       throw unwritable(files[i], reason);
     }

@@ -20,8 +20,13 @@ struct Expected {
   double bound;  // |contract result - value| <= bound
 };
 
-// A stored result of dtype `t` satisfies `e`. NaN/Inf equal only themselves.
+// A stored result (widened exactly) satisfies `e`. NaN/Inf equal only themselves.
+// An infinite bound makes no claim (an fp32 intermediate may overflow).
 bool within(const Expected& e, double stored);
+
+// `v` rounded to nearest-even in `t`: subnormals kept, overflow to Inf, NaN kept.
+// Written apart from the contract's conversions, so tests can judge them.
+double round_to(DType t, double v);
 
 // x: [rows, d]; weight: [d] or empty.
 std::vector<Expected> rmsnorm_forward(std::span<const double> x, int d,

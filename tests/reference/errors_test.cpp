@@ -1,0 +1,302 @@
+// Every rejected call throws kernel_align::Error naming the bad argument, and
+// writes nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernel_align/error.hpp"
+#include "kernel_align/ops.hpp"
+#include "support/tensors.hpp"
+
+namespace kernel_align {
+namespace {
+
+using test::HostTensor;
+
+template <class Call>
+::testing::AssertionResult rejects(const Call& call, const std::string& argument) {
+  try {
+    call();
+  } catch (const Error& e) {
+    if (e.argument() == argument) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "named '" << e.argument() << "': " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+// A valid rmsnorm call's buffers: x, y [4, 8] fp32, a weight [8], and a spare
+// buffer that outputs are checked against for stray writes.
+class RmsNormErrors : public ::testing::Test {
+ protected:
+  HostTensor x{DType::F32, {4, 8}};
+  HostTensor dy{DType::F32, {4, 8}};
+  HostTensor y{DType::F32, {4, 8}};
+  HostTensor w{DType::F32, {8}};
+  HostTensor dw{DType::F32, {8}};
+  HostTensor big{DType::F32, {2 * 4096}};
+
+  void SetUp() override {
+    for (std::int64_t i = 0; i < 32; ++i) x.set(i, 1.0 + static_cast<double>(i));
+    y.fill_bytes(std::byte{0x33});
+    dw.fill_bytes(std::byte{0x33});
+  }
+  void TearDown() override {
+    HostTensor untouched(DType::F32, {4, 8});
+    untouched.fill_bytes(std::byte{0x33});
+    EXPECT_TRUE(y == untouched) << "a rejected call wrote its output";
+  }
+  void forward(const ConstTensorView& xv, const std::optional<ConstTensorView>& wv,
+               const TensorView& yv, float eps = 1e-6f) {
+    qk_rmsnorm_forward(xv, wv, yv, {eps});
+  }
+};
+
+TEST_F(RmsNormErrors, ValidCallsPass) {
+  HostTensor out(DType::F32, {4, 8});
+  EXPECT_NO_THROW(forward(x.cview(), w.cview(), out.view()));
+  HostTensor wide(DType::F32, {1, 4096});
+  EXPECT_NO_THROW(
+      forward(test::strided(big.cview(), {1, 4096}, {4096, 1}), std::nullopt, wide.view()));
+}
+
+TEST_F(RmsNormErrors, WrongRank) {
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(ConstTensorView::contiguous(x.data(), DType::F32, {}), std::nullopt, y.view());
+      },
+      "x"));
+  EXPECT_TRUE(rejects(
+      [&] { forward(x.cview(), std::nullopt, TensorView::contiguous(y.data(), DType::F32, {})); },
+      "y"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(x.cview(), ConstTensorView::contiguous(w.data(), DType::F32, {1, 8}), y.view());
+      },
+      "weight"));
+}
+
+TEST_F(RmsNormErrors, HeadDimMustBeEvenAndAtMost4096) {
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(test::strided(x.cview(), {4, 7}, {8, 1}), std::nullopt,
+                test::strided(y.view(), {4, 7}, {8, 1}));
+      },
+      "x"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(test::strided(big.cview(), {1, 4098}, {4098, 1}), std::nullopt, y.view());
+      },
+      "x"));
+}
+
+TEST_F(RmsNormErrors, WeightLengthMustBeD) {
+  EXPECT_TRUE(
+      rejects([&] { forward(x.cview(), test::strided(w.cview(), {6}, {1}), y.view()); }, "weight"));
+}
+
+TEST_F(RmsNormErrors, OutputShapeMustBeTheInputShape) {
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(x.cview(), std::nullopt, test::strided(y.view(), {2, 16}, {16, 1}));
+      },
+      "y"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(x.cview(), std::nullopt, test::strided(y.view(), {1, 4, 8}, {32, 8, 1}));
+      },
+      "y"));
+}
+
+TEST_F(RmsNormErrors, EpsMustBeFiniteAndNonNegative) {
+  for (float eps :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1e-6f}) {
+    EXPECT_TRUE(rejects([&] { forward(x.cview(), std::nullopt, y.view(), eps); }, "eps")) << eps;
+  }
+}
+
+TEST_F(RmsNormErrors, EmptyTensorsAndNullData) {
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(test::strided(x.cview(), {0, 8}, {8, 1}), std::nullopt,
+                test::strided(y.view(), {0, 8}, {8, 1}));
+      },
+      "x"));
+  ConstTensorView null_x = x.cview();
+  null_x.data = nullptr;
+  EXPECT_TRUE(rejects([&] { forward(null_x, std::nullopt, y.view()); }, "x"));
+  ConstTensorView null_w = w.cview();
+  null_w.data = nullptr;
+  EXPECT_TRUE(rejects([&] { forward(x.cview(), null_w, y.view()); }, "weight"));
+}
+
+TEST_F(RmsNormErrors, OutputMayNotPartlyOverlapAnInput) {
+  HostTensor shared(DType::F32, {5, 8});
+  const ConstTensorView rows_0_to_3 = test::strided(shared.cview(), {4, 8}, {8, 1});
+  TensorView rows_1_to_4 = test::strided(shared.view(), {4, 8}, {8, 1});
+  rows_1_to_4.data = static_cast<float*>(shared.data()) + 8;
+  EXPECT_TRUE(rejects([&] { forward(rows_0_to_3, std::nullopt, rows_1_to_4); }, "y"));
+  // The same data but another dtype is not "in place" either.
+  TensorView as_bf16 = TensorView::contiguous(shared.data(), DType::BF16, {4, 8});
+  EXPECT_TRUE(rejects([&] { forward(rows_0_to_3, std::nullopt, as_bf16); }, "y"));
+  // An output over the weight.
+  TensorView over_weight = TensorView::contiguous(w.data(), DType::F32, {1, 8});
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(test::strided(x.cview(), {1, 8}, {8, 1}), w.cview(), over_weight);
+      },
+      "y"));
+  // An output whose own elements overlap (stride 0).
+  EXPECT_TRUE(rejects(
+      [&] {
+        forward(x.cview(), std::nullopt, test::strided(y.view(), {4, 8}, {0, 1}));
+      },
+      "y"));
+}
+
+TEST_F(RmsNormErrors, BackwardArguments) {
+  HostTensor dx(DType::F32, {4, 8});
+  const auto backward = [&](const ConstTensorView& dyv, const std::optional<ConstTensorView>& wv,
+                            const TensorView& dxv, const std::optional<TensorView>& dwv) {
+    qk_rmsnorm_backward(x.cview(), dyv, wv, dxv, dwv, {});
+  };
+  EXPECT_NO_THROW(backward(dy.cview(), w.cview(), dx.view(), dw.view()));
+  dw.fill_bytes(std::byte{0x33});
+  const HostTensor dw_before = dw;
+  EXPECT_TRUE(rejects(
+      [&] {
+        backward(test::strided(dy.cview(), {2, 16}, {16, 1}), w.cview(), dx.view(), dw.view());
+      },
+      "dy"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        backward(dy.cview(), w.cview(), test::strided(y.view(), {4, 6}, {8, 1}), dw.view());
+      },
+      "dx"));
+  EXPECT_TRUE(rejects([&] { backward(dy.cview(), std::nullopt, y.view(), dw.view()); }, "dw"));
+  EXPECT_TRUE(rejects(
+      [&] { backward(dy.cview(), w.cview(), y.view(), test::strided(dw.view(), {4}, {1})); },
+      "dw"));
+  // dw over dx, and dx partly over dy.
+  HostTensor shared(DType::F32, {5, 8});
+  TensorView dw_over_dx = TensorView::contiguous(shared.data(), DType::F32, {8});
+  TensorView dx_in_shared = TensorView::contiguous(shared.data(), DType::F32, {4, 8});
+  EXPECT_TRUE(rejects([&] { backward(dy.cview(), w.cview(), dx_in_shared, dw_over_dx); }, "dw"));
+  TensorView dx_shifted = dx_in_shared;
+  dx_shifted.data = static_cast<float*>(shared.data()) + 4;
+  EXPECT_TRUE(rejects([&] { backward(dx_in_shared, w.cview(), dx_shifted, std::nullopt); }, "dx"));
+  EXPECT_TRUE(dw == dw_before);
+}
+
+// A valid rope call's buffers: x, y [1, 6, 4, 8] (BSHD: S = 6, H = 4), tables [6, 4].
+class RopeErrors : public ::testing::Test {
+ protected:
+  HostTensor x{DType::BF16, {1, 6, 4, 8}};
+  HostTensor y{DType::BF16, {1, 6, 4, 8}};
+  HostTensor cos{DType::F32, {6, 4}};
+  HostTensor sin{DType::F32, {6, 4}};
+
+  void SetUp() override { y.fill_bytes(std::byte{0x44}); }
+  void TearDown() override {
+    HostTensor untouched(DType::BF16, {1, 6, 4, 8});
+    untouched.fill_bytes(std::byte{0x44});
+    EXPECT_TRUE(y == untouched) << "a rejected call wrote its output";
+  }
+};
+
+TEST_F(RopeErrors, ValidCallsPass) {
+  HostTensor out(DType::BF16, {1, 6, 4, 8});
+  EXPECT_NO_THROW(multi_axis_rope_forward(x.cview(), cos.cview(), sin.cview(), out.view(), {}));
+  // The same buffer read as BHSD has S = 4: tables of 4 rows.
+  HostTensor cos4(DType::F32, {4, 4});
+  HostTensor sin4(DType::F32, {4, 4});
+  EXPECT_NO_THROW(multi_axis_rope_forward(x.cview(), cos4.cview(), sin4.cview(), out.view(),
+                                          {Pairing::Interleaved, Layout::BHSD}));
+}
+
+TEST_F(RopeErrors, InputMustBe4DWithAnEvenD) {
+  EXPECT_TRUE(rejects(
+      [&] {
+        multi_axis_rope_forward(test::strided(x.cview(), {6, 4, 8}, {32, 8, 1}), cos.cview(),
+                                sin.cview(), y.view(), {});
+      },
+      "x"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        multi_axis_rope_backward(test::strided(x.cview(), {6, 4, 8}, {32, 8, 1}), cos.cview(),
+                                 sin.cview(), y.view(), {});
+      },
+      "dy"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        multi_axis_rope_forward(test::strided(x.cview(), {1, 6, 4, 7}, {192, 32, 8, 1}),
+                                cos.cview(), sin.cview(),
+                                test::strided(y.view(), {1, 6, 4, 7}, {192, 32, 8, 1}), {});
+      },
+      "x"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        multi_axis_rope_forward(x.cview(), cos.cview(), sin.cview(),
+                                test::strided(y.view(), {1, 6, 2, 8}, {192, 32, 8, 1}), {});
+      },
+      "y"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        multi_axis_rope_backward(x.cview(), cos.cview(), sin.cview(),
+                                 test::strided(y.view(), {1, 6, 2, 8}, {192, 32, 8, 1}), {});
+      },
+      "dx"));
+}
+
+TEST_F(RopeErrors, TablesMustBeFp32OfShapeSByHalfD) {
+  HostTensor wide(DType::F32, {6, 8});
+  EXPECT_TRUE(rejects(
+      [&] { multi_axis_rope_forward(x.cview(), wide.cview(), sin.cview(), y.view(), {}); }, "cos"));
+  EXPECT_TRUE(rejects(
+      [&] { multi_axis_rope_forward(x.cview(), cos.cview(), wide.cview(), y.view(), {}); }, "sin"));
+  HostTensor bf16_table(DType::BF16, {6, 4});
+  EXPECT_TRUE(rejects(
+      [&] { multi_axis_rope_forward(x.cview(), bf16_table.cview(), sin.cview(), y.view(), {}); },
+      "cos"));
+  EXPECT_TRUE(rejects(
+      [&] {
+        multi_axis_rope_forward(x.cview(), cos.cview(), test::strided(sin.cview(), {24}, {1}),
+                                y.view(), {});
+      },
+      "sin"));
+}
+
+// The seed's defect: a [B, S, H, D] tensor read with the sequence in the wrong
+// dim. Here the layout says BHSD, so S is dim 2 (4), and 6-row tables are refused.
+TEST_F(RopeErrors, TableRowsMustBeTheSequenceLengthOfTheLayout) {
+  EXPECT_TRUE(rejects(
+      [&] {
+        multi_axis_rope_forward(x.cview(), cos.cview(), sin.cview(), y.view(),
+                                {Pairing::Interleaved, Layout::BHSD});
+      },
+      "cos"));
+}
+
+TEST_F(RopeErrors, OutputMayNotOverlapAnInputOrTheTables) {
+  HostTensor shared(DType::BF16, {2 * 192});
+  const ConstTensorView first = test::strided(shared.cview(), {1, 6, 4, 8}, {192, 32, 8, 1});
+  TensorView shifted = test::strided(shared.view(), {1, 6, 4, 8}, {192, 32, 8, 1});
+  shifted.data = static_cast<std::uint16_t*>(shared.data()) + 8;
+  EXPECT_TRUE(
+      rejects([&] { multi_axis_rope_forward(first, cos.cview(), sin.cview(), shifted, {}); }, "y"));
+  HostTensor table_buffer(DType::F32, {1, 6, 4, 8});
+  const ConstTensorView cos_in_buffer = test::strided(table_buffer.cview(), {6, 4}, {4, 1});
+  TensorView y_over_cos = table_buffer.view();
+  HostTensor x32(DType::F32, {1, 6, 4, 8});
+  EXPECT_TRUE(rejects(
+      [&] { multi_axis_rope_forward(x32.cview(), cos_in_buffer, sin.cview(), y_over_cos, {}); },
+      "y"));
+  ConstTensorView null_cos = cos.cview();
+  null_cos.data = nullptr;
+  EXPECT_TRUE(rejects(
+      [&] { multi_axis_rope_forward(x.cview(), null_cos, sin.cview(), y.view(), {}); }, "cos"));
+}
+
+}  // namespace
+}  // namespace kernel_align
