@@ -9,8 +9,10 @@
 #include "commands.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
+#include "kernel_align/runtime.hpp"
 #include "messages.hpp"
 #include "run.hpp"
+#include "tensor_io.hpp"
 
 namespace kernel_align::cli {
 namespace {
@@ -66,6 +68,9 @@ void print_help(std::ostream& out) {
   for (const Command& c : commands()) print_usage(out, c);
   print_run_usage(out);
   out << "usage: kernel-align --help | help [COMMAND] | --version\n\n"
+         "Every command also takes --backend cpu|reference, --isa portable|avx2|avx512 and\n"
+         "--threads N (or KERNEL_ALIGN_BACKEND, KERNEL_ALIGN_ISA, KERNEL_ALIGN_NUM_THREADS):\n"
+         "they change the speed, never the bytes.\n\n"
          "Arrays are .npy files: fp32 '<f4', fp16 '<f2', bf16 '<u2' (bit patterns), int32 '<i4'.\n"
          "A bad argument exits with status 2 and one line on stderr; no output is written.\n";
 }
@@ -75,7 +80,35 @@ bool asks_for_help(const std::vector<std::string>& tokens) {
                      [](const std::string& t) { return t == "--help" || t == "-h"; });
 }
 
-int dispatch(const std::vector<std::string>& args, std::ostream& out) {
+// --backend cpu|reference, --isa portable|avx2|avx512 and --threads N may stand
+// anywhere on the line: they choose how every command computes, never what.
+std::vector<std::string> apply_runtime_flags(const std::vector<std::string>& args) {
+  std::vector<std::string> rest;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag != "--backend" && flag != "--isa" && flag != "--threads") {
+      rest.push_back(flag);
+      continue;
+    }
+    if (i + 1 == args.size()) throw Error(flag, "a value", "none");
+    const std::string& value = args[++i];
+    if (flag == "--backend") {
+      set_backend(parse_choice<Backend>(
+          flag, value, {{"cpu", Backend::Cpu}, {"reference", Backend::Reference}}));
+    } else if (flag == "--isa") {
+      const Isa isa = parse_choice<Isa>(
+          flag, value, {{"portable", Isa::Portable}, {"avx2", Isa::Avx2}, {"avx512", Isa::Avx512}});
+      call_library({{"isa", "--isa"}}, [&] { set_isa(isa); });
+    } else {
+      const int threads = parse_int<int>(flag, value);
+      call_library({{"threads", "--threads"}}, [&] { set_num_threads(threads); });
+    }
+  }
+  return rest;
+}
+
+int dispatch(const std::vector<std::string>& all_args, std::ostream& out) {
+  const std::vector<std::string> args = apply_runtime_flags(all_args);
   if (args.empty()) throw Error("command", "one of " + command_words(false), "none");
   const std::string& first = args[0];
   if (first == "--version") {

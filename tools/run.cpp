@@ -18,6 +18,7 @@
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/positions.hpp"
+#include "kernel_align/runtime.hpp"
 #include "kernel_align/tables.hpp"
 #include "oracle/oracle.hpp"
 #include "tensor_io.hpp"
@@ -114,17 +115,6 @@ struct Stage {
   ConstTensorView sin;
 };
 
-// Sequence positions [begin, end) of a contiguous [B, S, H, D] view.
-template <class View>
-View sequence_slice(View v, std::int64_t begin, std::int64_t end) {
-  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(v.data)>>,
-                                  const unsigned char, unsigned char>;
-  v.data = static_cast<Byte*>(v.data) +
-           begin * v.strides[1] * static_cast<std::int64_t>(dtype_size(v.dtype));
-  v.shape[1] = end - begin;
-  return v;
-}
-
 std::optional<ConstTensorView> view_of(const std::optional<NpyArray>& a) {
   return a ? std::optional<ConstTensorView>(const_view(*a)) : std::nullopt;
 }
@@ -138,12 +128,24 @@ void norm_then_rope(const Stage& stage, const NormWeights& weights, const NpyArr
   const std::int64_t seq = xv.shape[1];
   const RmsNormOptions options{1e-6f, stage.mode};
   if (stage.text_len > 0) {
-    qk_rmsnorm_forward(sequence_slice(xv, 0, stage.text_len), view_of(weights.text),
-                       sequence_slice(nv, 0, stage.text_len), options);
+    qk_rmsnorm_forward(narrow(xv, 1, 0, stage.text_len), view_of(weights.text),
+                       narrow(nv, 1, 0, stage.text_len), options);
   }
-  qk_rmsnorm_forward(sequence_slice(xv, stage.text_len, seq), view_of(weights.image),
-                     sequence_slice(nv, stage.text_len, seq), options);
+  qk_rmsnorm_forward(narrow(xv, 1, stage.text_len, seq), view_of(weights.image),
+                     narrow(nv, 1, stage.text_len, seq), options);
   multi_axis_rope_forward(nv, stage.cos, stage.sin, mutable_view(out), stage.rope);
+}
+
+// q and k through the fused op.
+std::array<NpyArray, 2> fused_norm_rope(const Stage& stage, const NpyArray& q, const NpyArray& k,
+                                        DType dtype) {
+  std::array<NpyArray, 2> out{float_array_like(q, dtype), float_array_like(k, dtype)};
+  const QkNormWeights weights{view_of(stage.q.text), view_of(stage.k.text), view_of(stage.q.image),
+                              view_of(stage.k.image)};
+  qk_norm_rope_forward(const_view(q), const_view(k), weights, stage.cos, stage.sin,
+                       mutable_view(out[0]), mutable_view(out[1]),
+                       {1e-6f, stage.mode, stage.rope.pairing, stage.rope.layout, stage.text_len});
+  return out;
 }
 
 struct OracleVerdict {
@@ -177,9 +179,9 @@ void judge_with_oracle(const Stage& stage, const NormWeights& weights, const Npy
     if (begin == end) continue;
     const std::vector<double> w = *weight ? widened(const_view(**weight)) : std::vector<double>{};
     const DType weight_dtype = *weight ? float_dtype(**weight, "weight") : DType::F32;
-    verdict.judge(oracle::rmsnorm_forward(widened(sequence_slice(xv, begin, end)), kHeadDim, w,
-                                          1e-6f, stage.mode, weight_dtype, nv.dtype),
-                  sequence_slice(nv, begin, end));
+    verdict.judge(oracle::rmsnorm_forward(widened(narrow(xv, 1, begin, end)), kHeadDim, w, 1e-6f,
+                                          stage.mode, weight_dtype, nv.dtype),
+                  narrow(nv, 1, begin, end));
   }
   verdict.judge(oracle::rope(widened(nv), 1, seq, heads, kHeadDim, widened(stage.cos),
                              widened(stage.sin), stage.rope.pairing, false, nv.dtype),
@@ -228,7 +230,8 @@ int run_main_job(const std::vector<std::string>& tokens) {
   const bool diffusers = config.positions.layout == PositionLayout::Diffusers;
   Clock clock;
 
-  std::printf("kernel-align run (%s, reference backend)\n", contract::kVersionString);
+  std::printf("kernel-align run (%s): backend %s, isa %s, %d threads\n", contract::kVersionString,
+              backend_name(backend()), isa_name(isa()), num_threads());
   const std::vector<Position> positions = build_positions(config.positions);
   const auto seq = static_cast<std::int64_t>(positions.size());
   std::string grids;
@@ -240,10 +243,10 @@ int run_main_job(const std::vector<std::string>& tokens) {
       position_layout_name(config.positions.layout),
       static_cast<long long>(config.positions.text_len), grids.c_str(), static_cast<long long>(seq),
       static_cast<long long>(config.heads), kHeadDim, dtype_name(config.dtype));
-  std::printf("  [1/5] positions                     %9.1f ms\n", clock.lap_ms());
+  std::printf("  [1/6] positions                     %9.1f ms\n", clock.lap_ms());
 
   const RopeTables tables = build_rope_tables(positions.front().data(), seq);
-  std::printf("  [2/5] cos/sin tables [%lld, %lld]       %9.1f ms\n", static_cast<long long>(seq),
+  std::printf("  [2/6] cos/sin tables [%lld, %lld]       %9.1f ms\n", static_cast<long long>(seq),
               static_cast<long long>(tables.columns), clock.lap_ms());
 
   Random random(config.seed);
@@ -262,43 +265,56 @@ int run_main_job(const std::vector<std::string>& tokens) {
     }
   }
 
-  OracleVerdict verdict;
-  bool invariant = true;
-  double apply_ms = 0.0;
-  double oracle_ms = 0.0;
-  double batch_ms = 0.0;
+  // q and k of one sample: unfused ops, judged against the oracle.
+  struct Sample {
+    const NormWeights* weights;
+    NpyArray x, normed, out;
+  };
+  std::vector<Sample> samples;
   for (const NormWeights* weights : {&stage.q, &stage.k}) {
-    const NpyArray x = random_tensor(random, config.dtype, sample_shape, -4.0f, 8.0f);
+    NpyArray x = random_tensor(random, config.dtype, sample_shape, -4.0f, 8.0f);
     NpyArray normed = float_array_like(x, config.dtype);
     NpyArray out = float_array_like(x, config.dtype);
-    clock.lap_ms();
-    norm_then_rope(stage, *weights, x, normed, out);
-    apply_ms += clock.lap_ms();
-    judge_with_oracle(stage, *weights, x, normed, out, verdict);
-    oracle_ms += clock.lap_ms();
-
-    const std::int64_t slot = config.batch / 2;
-    const NpyArray xb = batch_around(x, random, config.dtype, config.batch, slot);
-    NpyArray normed_b = float_array_like(xb, config.dtype);
-    NpyArray out_b = float_array_like(xb, config.dtype);
-    norm_then_rope(stage, *weights, xb, normed_b, out_b);
-    invariant = invariant && batch_invariant(out, out_b, slot);
-    batch_ms += clock.lap_ms();
+    samples.push_back({weights, std::move(x), std::move(normed), std::move(out)});
   }
-  std::printf("  [3/5] q, k: qk_rmsnorm (%s%s) + multi_axis_rope (%s, bshd) %9.1f ms\n",
+  clock.lap_ms();
+  for (Sample& s : samples) norm_then_rope(stage, *s.weights, s.x, s.normed, s.out);
+  std::printf("  [3/6] q, k: qk_rmsnorm (%s%s) then multi_axis_rope (%s, bshd) %9.1f ms\n",
               norm_mode_name(stage.mode), diffusers ? ", text/image weights" : ", no weight",
-              pairing_name(stage.rope.pairing), apply_ms);
+              pairing_name(stage.rope.pairing), clock.lap_ms());
+
+  OracleVerdict verdict;
+  for (const Sample& s : samples)
+    judge_with_oracle(stage, *s.weights, s.x, s.normed, s.out, verdict);
   const bool oracle_pass = verdict.outside == 0;
   std::printf(
-      "  [4/5] fp64 oracle: %lld values, %lld outside the bound, worst error/bound %.3f: %s"
+      "  [4/6] fp64 oracle: %lld values, %lld outside the bound, worst error/bound %.3f: %s"
       "  (%.1f ms)\n",
       static_cast<long long>(verdict.checked), static_cast<long long>(verdict.outside),
-      verdict.worst_ratio, oracle_pass ? "PASS" : "FAIL", oracle_ms);
+      verdict.worst_ratio, oracle_pass ? "PASS" : "FAIL", clock.lap_ms());
+
+  // The fused op must give the unfused bytes.
+  const std::array<NpyArray, 2> fused =
+      fused_norm_rope(stage, samples[0].x, samples[1].x, config.dtype);
+  const double fused_ms = clock.lap_ms();
+  const bool fused_equal =
+      fused[0].data == samples[0].out.data && fused[1].data == samples[1].out.data;
+  std::printf("  [5/6] fused qk_norm_rope == unfused bytes: %s  (%.1f ms)\n",
+              fused_equal ? "PASS" : "FAIL", fused_ms);
+
+  // A sample's bytes must not depend on its batch neighbours.
+  const std::int64_t slot = config.batch / 2;
+  const NpyArray qb = batch_around(samples[0].x, random, config.dtype, config.batch, slot);
+  const NpyArray kb = batch_around(samples[1].x, random, config.dtype, config.batch, slot);
+  clock.lap_ms();
+  const std::array<NpyArray, 2> batched = fused_norm_rope(stage, qb, kb, config.dtype);
+  const bool invariant = batch_invariant(samples[0].out, batched[0], slot) &&
+                         batch_invariant(samples[1].out, batched[1], slot);
   std::printf(
-      "  [5/5] batch invariance: sample alone == slot %lld of a batch of %lld: %s  (%.1f ms)\n",
-      static_cast<long long>(config.batch / 2), static_cast<long long>(config.batch),
-      invariant ? "PASS" : "FAIL", batch_ms);
-  const bool pass = oracle_pass && invariant;
+      "  [6/6] batch invariance: sample alone == slot %lld of a batch of %lld: %s  (%.1f ms)\n",
+      static_cast<long long>(slot), static_cast<long long>(config.batch),
+      invariant ? "PASS" : "FAIL", clock.lap_ms());
+  const bool pass = oracle_pass && fused_equal && invariant;
   std::printf("  total %.2f s: %s\n", clock.total_s(), pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
 }

@@ -3,6 +3,7 @@
 // Results follow docs/contract.md bit for bit.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "kernel_align/contract/rmsnorm.hpp"
@@ -58,6 +59,43 @@ void multi_axis_rope_forward(const ConstTensorView& x, const ConstTensorView& co
 void multi_axis_rope_backward(const ConstTensorView& dy, const ConstTensorView& cos,
                               const ConstTensorView& sin, const TensorView& dx,
                               const RopeOptions& options);
+
+// The four learned norm weights of a diffusers Qwen-Image block: one pair for the
+// text tokens (sequence positions < text_len) and one for the image tokens. An
+// absent weight is a parameter-free norm (the seed).
+struct QkNormWeights {
+  std::optional<ConstTensorView> text_q, text_k, image_q, image_k;
+};
+
+struct QkNormWeightGrads {
+  std::optional<TensorView> text_q, text_k, image_q, image_k;
+};
+
+struct QkNormRopeOptions {
+  float eps = 1e-6f;
+  NormMode mode = NormMode::Diffusers;
+  Pairing pairing = Pairing::Interleaved;
+  Layout layout = Layout::BSHD;
+  std::int64_t text_len = 0;  // leading sequence positions that are text
+};
+
+// q_out = rope(qk_rmsnorm(q)), k_out likewise, in one pass over memory; bytes equal to
+// qk_rmsnorm_forward into a tensor of q_out's dtype (text and image positions with
+// their weights) followed by multi_axis_rope_forward. q and k: 4-D in the layout, the
+// same B, S and D (head counts may differ); q_out may be q, k_out may be k.
+void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
+                          const QkNormWeights& weights, const ConstTensorView& cos,
+                          const ConstTensorView& sin, const TensorView& q_out,
+                          const TensorView& k_out, const QkNormRopeOptions& options);
+
+// Gradients of qk_norm_rope_forward: bytes equal to multi_axis_rope_backward of dq_out
+// into a tensor of dq_out's dtype, then qk_rmsnorm_backward over the text and image
+// positions separately (each with its own dw partition). dq may be dq_out.
+void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
+                           const ConstTensorView& dq_out, const ConstTensorView& dk_out,
+                           const QkNormWeights& weights, const ConstTensorView& cos,
+                           const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
+                           const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options);
 
 const char* pairing_name(Pairing p);
 const char* layout_name(Layout l);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "kernel_align/dtype.hpp"
 
@@ -60,6 +61,18 @@ struct BasicTensorView {
 
 using TensorView = BasicTensorView<void*>;
 using ConstTensorView = BasicTensorView<const void*>;
+
+// Indices [begin, end) of dim `dim` (like torch.narrow); the caller keeps them in range.
+template <class Pointer>
+BasicTensorView<Pointer> narrow(BasicTensorView<Pointer> v, int dim, std::int64_t begin,
+                                std::int64_t end) {
+  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<Pointer>>,
+                                  const unsigned char, unsigned char>;
+  v.data = static_cast<Byte*>(v.data) +
+           begin * v.strides[dim] * static_cast<std::int64_t>(dtype_size(v.dtype));
+  v.shape[dim] = end - begin;
+  return v;
+}
 
 // "[1, 7145, 24, 128] bf16 strides [21949440, 3072, 128, 1]", for messages.
 std::string describe(const ConstTensorView& v);

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "kernel_align/ops.hpp"
 
@@ -68,6 +69,52 @@ struct RopeProblem {
   int d = 0;
 };
 
+// One stream (the text or the image positions) of q or k in the fused op: x and y
+// are views of that stream's sequence range; the table row of local sequence index
+// s is seq_offset + s.
+struct NormRopeForwardProblem {
+  ConstTensorView x;
+  TensorView y;
+  std::optional<ConstTensorView> weight;
+  SequenceTensor x_strides;
+  SequenceTensor y_strides;
+  ConstTensorView cos;
+  ConstTensorView sin;
+  std::int64_t seq_offset = 0;
+  RmsNormOptions norm;
+  RopeOptions rope;
+  int d = 0;
+};
+
+// Gradients of one stream: g = rope-transpose(dy) rounded to dy's dtype, then the
+// rmsnorm backward of (x, g).
+struct NormRopeBackwardProblem {
+  ConstTensorView x;
+  ConstTensorView dy;
+  TensorView dx;
+  std::optional<ConstTensorView> weight;
+  std::optional<TensorView> dw;
+  SequenceTensor x_strides;
+  SequenceTensor dy_strides;
+  SequenceTensor dx_strides;
+  ConstTensorView cos;
+  ConstTensorView sin;
+  std::int64_t seq_offset = 0;
+  RmsNormOptions norm;
+  RopeOptions rope;
+  int d = 0;
+};
+
+// The four streams of a fused call, in the order q text, q image, k text, k image
+// (streams with no positions are left out).
+struct QkNormRopeForwardProblem {
+  std::vector<NormRopeForwardProblem> streams;
+};
+struct QkNormRopeBackwardProblem {
+  std::vector<NormRopeBackwardProblem> streams;
+  std::vector<TensorView> empty_stream_grads;  // weight gradients of streams with no rows: +0
+};
+
 RmsNormForwardProblem make_rmsnorm_forward(const ConstTensorView& x,
                                            const std::optional<ConstTensorView>& weight,
                                            const TensorView& y, const RmsNormOptions& options);
@@ -82,5 +129,29 @@ RmsNormBackwardProblem make_rmsnorm_backward(const ConstTensorView& x, const Con
 RopeProblem make_rope(const ConstTensorView& in, const ConstTensorView& cos,
                       const ConstTensorView& sin, const TensorView& out, const RopeOptions& options,
                       bool transpose, const char* in_name, const char* out_name);
+
+QkNormRopeForwardProblem make_qk_norm_rope_forward(
+    const ConstTensorView& q, const ConstTensorView& k, const QkNormWeights& weights,
+    const ConstTensorView& cos, const ConstTensorView& sin, const TensorView& q_out,
+    const TensorView& k_out, const QkNormRopeOptions& options);
+
+QkNormRopeBackwardProblem make_qk_norm_rope_backward(
+    const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& dq_out,
+    const ConstTensorView& dk_out, const QkNormWeights& weights, const ConstTensorView& cos,
+    const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
+    const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options);
+
+// The view restricted to sequence positions [begin, end) of `layout`.
+template <class View>
+View sequence_slice(const View& v, Layout layout, std::int64_t begin, std::int64_t end) {
+  return narrow(v, layout == Layout::BSHD ? 1 : 2, begin, end);
+}
+
+// Rows of a 4-D view in its own dim order: (b, s, h) for BSHD, (b, h, s) for BHSD.
+// Row r's local sequence index.
+inline std::int64_t row_sequence_index(std::int64_t r, std::int64_t dim1, std::int64_t dim2,
+                                       Layout layout) {
+  return layout == Layout::BSHD ? (r / dim2) % dim1 : r % dim2;
+}
 
 }  // namespace kernel_align::detail

@@ -1,8 +1,14 @@
 // Argument checks of every op. Each failure names the argument, what was expected
 // and what was found (kernel_align::Error).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "api/problems.hpp"
 #include "kernel_align/error.hpp"
@@ -218,6 +224,160 @@ RopeProblem make_rope(const ConstTensorView& in, const ConstTensorView& cos,
   p.heads = in.shape[options.layout == Layout::BSHD ? 2 : 1];
   p.d = d;
   return p;
+}
+
+namespace {
+
+// k (or dk_out) must agree with q (or dq_out) in B, S and D.
+void check_matches(const ConstTensorView& k, const char* k_name, const ConstTensorView& q,
+                   const char* q_name, Layout layout) {
+  check_view(k_name, k, 4, 4, "rank 4 (as " + std::string(q_name) + ")");
+  const int seq_dim = layout == Layout::BSHD ? 1 : 2;
+  if (k.shape[0] != q.shape[0] || k.shape[seq_dim] != q.shape[seq_dim] ||
+      k.shape[3] != q.shape[3]) {
+    const auto bsd = [&](const ConstTensorView& v) {
+      return "B = " + std::to_string(v.shape[0]) + ", S = " + std::to_string(v.shape[seq_dim]) +
+             ", D = " + std::to_string(v.shape[3]);
+    };
+    throw Error(k_name, bsd(q) + " (those of " + q_name + ")", bsd(k));
+  }
+}
+
+void check_text_len(std::int64_t text_len, std::int64_t seq) {
+  if (text_len < 0 || text_len > seq) {
+    throw Error("text_len", "0 to S = " + std::to_string(seq), std::to_string(text_len));
+  }
+}
+
+// One of the four norm weights of a fused call, with the names messages give it.
+struct WeightSlot {
+  const char* weight_name;
+  const char* grad_name;
+  const std::optional<ConstTensorView>* weight;
+  const std::optional<TensorView>* grad;  // null in the forward
+  bool text;                              // text positions, else image positions
+  bool q;                                 // a weight of q, else of k
+};
+
+std::array<WeightSlot, 4> weight_slots(const QkNormWeights& w, const QkNormWeightGrads* g) {
+  return {
+      {{"weights.text_q", "weight_grads.text_q", &w.text_q, g ? &g->text_q : nullptr, true, true},
+       {"weights.image_q", "weight_grads.image_q", &w.image_q, g ? &g->image_q : nullptr, false,
+        true},
+       {"weights.text_k", "weight_grads.text_k", &w.text_k, g ? &g->text_k : nullptr, true, false},
+       {"weights.image_k", "weight_grads.image_k", &w.image_k, g ? &g->image_k : nullptr, false,
+        false}}};
+}
+
+// Every weight has length D; every gradient has its weight, length D, and lies apart
+// from the other gradients.
+void check_weight_slots(const std::array<WeightSlot, 4>& slots, int d) {
+  for (std::size_t a = 0; a < slots.size(); ++a) {
+    const WeightSlot& s = slots[a];
+    if (*s.weight) {
+      check_view(s.weight_name, **s.weight, 1, 1, "rank 1 ([D])");
+      if ((*s.weight)->shape[0] != d) {
+        throw Error(s.weight_name, "length " + std::to_string(d) + " (D of q)",
+                    "length " + std::to_string((*s.weight)->shape[0]));
+      }
+    }
+    if (s.grad == nullptr || !*s.grad) continue;
+    if (!*s.weight) throw Error(s.grad_name, "no weight gradient without its weight", "one");
+    check_view(s.grad_name, **s.grad, 1, 1, "rank 1 ([D])");
+    check_same_shape(s.grad_name, **s.grad, s.weight_name, **s.weight);
+    for (std::size_t b = 0; b < a; ++b) {
+      if (slots[b].grad != nullptr && *slots[b].grad) {
+        check_aliasing(s.grad_name, **s.grad, slots[b].grad_name, **slots[b].grad, false);
+      }
+    }
+  }
+}
+
+// Sequence range of a stream: text [0, text_len), image [text_len, S).
+std::pair<std::int64_t, std::int64_t> stream_range(bool text, std::int64_t text_len,
+                                                   std::int64_t seq) {
+  return text ? std::pair{std::int64_t{0}, text_len} : std::pair{text_len, seq};
+}
+
+}  // namespace
+
+QkNormRopeForwardProblem make_qk_norm_rope_forward(
+    const ConstTensorView& q, const ConstTensorView& k, const QkNormWeights& weights,
+    const ConstTensorView& cos, const ConstTensorView& sin, const TensorView& q_out,
+    const TensorView& k_out, const QkNormRopeOptions& options) {
+  const RopeOptions rope{options.pairing, options.layout};
+  const RopeProblem q_rope = make_rope(q, cos, sin, q_out, rope, false, "q", "q_out");
+  check_matches(k, "k", q, "q", options.layout);
+  const RopeProblem k_rope = make_rope(k, cos, sin, k_out, rope, false, "k", "k_out");
+  check_text_len(options.text_len, q_rope.seq);
+  check_aliasing("q_out", q_out, "k", k, false);
+  check_aliasing("q_out", q_out, "k_out", k_out, false);
+  check_aliasing("k_out", k_out, "q", q, false);
+  const auto slots = weight_slots(weights, nullptr);
+  check_weight_slots(slots, q_rope.d);
+  check_eps(options.eps);
+
+  QkNormRopeForwardProblem problem;
+  const RmsNormOptions norm{options.eps, options.mode};
+  for (const WeightSlot& slot : slots) {
+    const RopeProblem& rp =
+        slot.weight_name[std::string_view(slot.weight_name).size() - 1] == 'q' ? q_rope : k_rope;
+    const auto [begin, end] = stream_range(slot.text, options.text_len, rp.seq);
+    if (begin == end) continue;
+    problem.streams.push_back({sequence_slice(rp.in, options.layout, begin, end),
+                               sequence_slice(rp.out, options.layout, begin, end), *slot.weight,
+                               rp.in_strides, rp.out_strides, cos, sin, begin, norm, rope, rp.d});
+  }
+  return problem;
+}
+
+QkNormRopeBackwardProblem make_qk_norm_rope_backward(
+    const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& dq_out,
+    const ConstTensorView& dk_out, const QkNormWeights& weights, const ConstTensorView& cos,
+    const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
+    const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options) {
+  const RopeOptions rope{options.pairing, options.layout};
+  const RopeProblem q_rope = make_rope(dq_out, cos, sin, dq, rope, true, "dq_out", "dq");
+  check_matches(dk_out, "dk_out", dq_out, "dq_out", options.layout);
+  const RopeProblem k_rope = make_rope(dk_out, cos, sin, dk, rope, true, "dk_out", "dk");
+  check_view("q", q, 4, 4, "rank 4 (the shape of dq_out)");
+  check_same_shape("q", q, "dq_out", dq_out);
+  check_view("k", k, 4, 4, "rank 4 (the shape of dk_out)");
+  check_same_shape("k", k, "dk_out", dk_out);
+  check_text_len(options.text_len, q_rope.seq);
+  // dq may be dq_out or q itself (each row is read whole before it is written).
+  check_aliasing("dq", dq, "q", q, true);
+  check_aliasing("dk", dk, "k", k, true);
+  check_aliasing("dq", dq, "k", k, false);
+  check_aliasing("dq", dq, "dk_out", dk_out, false);
+  check_aliasing("dk", dk, "q", q, false);
+  check_aliasing("dk", dk, "dq_out", dq_out, false);
+  check_aliasing("dq", dq, "dk", dk, false);
+  const auto slots = weight_slots(weights, &weight_grads);
+  check_weight_slots(slots, q_rope.d);
+  check_eps(options.eps);
+
+  QkNormRopeBackwardProblem problem;
+  const RmsNormOptions norm{options.eps, options.mode};
+  for (const WeightSlot& slot : slots) {
+    const RopeProblem& rp = slot.q ? q_rope : k_rope;
+    const ConstTensorView& x_full = slot.q ? q : k;
+    const auto [begin, end] = stream_range(slot.text, options.text_len, rp.seq);
+    if (begin == end) {
+      // A stream without positions sums no rows: its weight gradient is +0.
+      if (*slot.grad) problem.empty_stream_grads.push_back(**slot.grad);
+      continue;
+    }
+    const ConstTensorView x = sequence_slice(x_full, options.layout, begin, end);
+    const ConstTensorView dy = sequence_slice(rp.in, options.layout, begin, end);
+    const TensorView dx = sequence_slice(rp.out, options.layout, begin, end);
+    // The rmsnorm-level checks (aliasing of dw with x, dy, dx and the weight).
+    const RmsNormBackwardProblem n =
+        make_rmsnorm_backward(x, dy, *slot.weight, dx, *slot.grad, norm);
+    problem.streams.push_back({x, dy, dx, n.weight, n.dw, sequence_strides(x_full, options.layout),
+                               rp.in_strides, rp.out_strides, cos, sin, begin, norm, rope, rp.d});
+  }
+  return problem;
 }
 
 }  // namespace kernel_align::detail

@@ -11,11 +11,11 @@
 
 namespace kernel_align::contract {
 
-KA_HD inline float bf16_to_f32(std::uint16_t h) {
+KA_HD static inline float bf16_to_f32(std::uint16_t h) {
   return float_of(std::uint32_t{h} << 16);
 }
 
-KA_HD inline std::uint16_t f32_to_bf16(float f) {
+KA_HD static inline std::uint16_t f32_to_bf16(float f) {
   std::uint32_t x = bits_of(f);
   if ((x & 0x7FFFFFFFu) > 0x7F800000u) {
     return static_cast<std::uint16_t>(((x >> 16) & 0x8000u) | 0x7FC0u);
@@ -24,7 +24,7 @@ KA_HD inline std::uint16_t f32_to_bf16(float f) {
   return static_cast<std::uint16_t>(x >> 16);
 }
 
-KA_HD inline float f16_to_f32(std::uint16_t h) {
+KA_HD static inline float f16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1Fu;
   const std::uint32_t mantissa = h & 0x3FFu;
@@ -35,7 +35,7 @@ KA_HD inline float f16_to_f32(std::uint16_t h) {
   return float_of(sign | bits_of(magnitude));
 }
 
-KA_HD inline std::uint16_t f32_to_f16(float f) {
+KA_HD static inline std::uint16_t f32_to_f16(float f) {
   const std::uint32_t x = bits_of(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t magnitude = x & 0x7FFFFFFFu;
@@ -60,7 +60,7 @@ KA_HD inline std::uint16_t f32_to_f16(float f) {
 }
 
 // Narrow to `t` and widen back: the value a tensor of type `t` would hold.
-KA_HD inline float round_through(DType t, float v) {
+KA_HD static inline float round_through(DType t, float v) {
   switch (t) {
     case DType::BF16:
       return bf16_to_f32(f32_to_bf16(v));
@@ -75,11 +75,11 @@ KA_HD inline float round_through(DType t, float v) {
 // How an op stores a result. Arithmetic NaNs carry a sign and payload that differ
 // between instruction sets, so every NaN an op writes is the positive canonical quiet
 // NaN of the output type: the output bytes are then the same on every backend.
-KA_HD inline std::uint32_t canonical_nan_bits(DType t) {
+KA_HD static inline std::uint32_t canonical_nan_bits(DType t) {
   return t == DType::F32 ? 0x7FC00000u : (t == DType::BF16 ? 0x7FC0u : 0x7E00u);
 }
 
-KA_HD inline void store_output(DType t, void* base, std::int64_t index, float v) {
+KA_HD static inline void store_output(DType t, void* base, std::int64_t index, float v) {
   switch (t) {
     case DType::F32:
       static_cast<float*>(base)[index] = is_nan(v) ? float_of(canonical_nan_bits(t)) : v;
@@ -95,7 +95,7 @@ KA_HD inline void store_output(DType t, void* base, std::int64_t index, float v)
   }
 }
 
-KA_HD inline float load_f32(DType t, const void* base, std::int64_t index) {
+KA_HD static inline float load_f32(DType t, const void* base, std::int64_t index) {
   switch (t) {
     case DType::BF16:
       return bf16_to_f32(static_cast<const std::uint16_t*>(base)[index]);

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <cstring>
 
+// Contract functions are `KA_HD static inline`: callable on host and CUDA device, and
+// of internal linkage, so that a copy compiled in an AVX-512 file is never merged by
+// the linker into code that runs on a CPU without AVX-512.
 #if defined(__CUDACC__)
 #define KA_HD __host__ __device__
 #else
@@ -20,7 +23,7 @@ static_assert(FLT_EVAL_METHOD == 0, "contract code needs fp32 evaluated in fp32 
 
 namespace kernel_align::contract {
 
-KA_HD inline float add(float a, float b) {
+KA_HD static inline float add(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);
 #else
@@ -28,7 +31,7 @@ KA_HD inline float add(float a, float b) {
 #endif
 }
 
-KA_HD inline float sub(float a, float b) {
+KA_HD static inline float sub(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fsub_rn(a, b);
 #else
@@ -36,7 +39,7 @@ KA_HD inline float sub(float a, float b) {
 #endif
 }
 
-KA_HD inline float mul(float a, float b) {
+KA_HD static inline float mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
@@ -44,7 +47,7 @@ KA_HD inline float mul(float a, float b) {
 #endif
 }
 
-KA_HD inline float div(float a, float b) {
+KA_HD static inline float div(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fdiv_rn(a, b);
 #else
@@ -53,7 +56,7 @@ KA_HD inline float div(float a, float b) {
 }
 
 // IEEE 754 requires sqrt to be correctly rounded; sqrtss/vsqrtps and __fsqrt_rn are.
-KA_HD inline float sqrt_rn(float a) {
+KA_HD static inline float sqrt_rn(float a) {
 #if defined(__CUDA_ARCH__)
   return __fsqrt_rn(a);
 #else
@@ -61,19 +64,19 @@ KA_HD inline float sqrt_rn(float a) {
 #endif
 }
 
-KA_HD inline std::uint32_t bits_of(float f) {
+KA_HD static inline std::uint32_t bits_of(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
 
-KA_HD inline float float_of(std::uint32_t u) {
+KA_HD static inline float float_of(std::uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
 
-KA_HD inline bool is_nan(float f) {
+KA_HD static inline bool is_nan(float f) {
   return (bits_of(f) & 0x7FFFFFFFu) > 0x7F800000u;
 }
 

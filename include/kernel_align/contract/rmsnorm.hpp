@@ -16,14 +16,14 @@ enum class NormMode : unsigned char {
 };
 
 // rstd = 1 / sqrt(sum_squares / D + eps), each step correctly rounded.
-KA_HD inline float rms_rstd(float sum_squares, int d, float eps) {
+KA_HD static inline float rms_rstd(float sum_squares, int d, float eps) {
   const float mean = div(sum_squares, static_cast<float>(d));
   return div(1.0f, sqrt_rn(add(mean, eps)));
 }
 
 // rstd of a row whose element i is `x(i)` (already widened to fp32).
 template <class Load>
-KA_HD float row_rstd(int d, float eps, const Load& x) {
+KA_HD static inline float row_rstd(int d, float eps, const Load& x) {
   return rms_rstd(tree_sum(d,
                            [&](int i) {
                              const float v = x(i);
@@ -34,13 +34,14 @@ KA_HD float row_rstd(int d, float eps, const Load& x) {
 
 // The normalised value the weight multiplies: x * rstd, rounded through the
 // weight's dtype in diffusers mode (the `.to(weight.dtype)` of diffusers' RMSNorm).
-KA_HD inline float rms_normalized(float x, float rstd, NormMode mode, DType weight_dtype) {
+KA_HD static inline float rms_normalized(float x, float rstd, NormMode mode, DType weight_dtype) {
   const float n = mul(x, rstd);
   return mode == NormMode::Diffusers ? round_through(weight_dtype, n) : n;
 }
 
 // Forward value before the single rounding to the output dtype.
-KA_HD inline float rms_forward(float x, float rstd, float w, NormMode mode, DType weight_dtype) {
+KA_HD static inline float rms_forward(float x, float rstd, float w, NormMode mode,
+                                      DType weight_dtype) {
   return mul(rms_normalized(x, rstd, mode, weight_dtype), w);
 }
 
@@ -52,14 +53,15 @@ struct RmsBackwardRow {
 };
 
 template <class LoadX, class LoadG>
-KA_HD RmsBackwardRow rms_backward_row(int d, float eps, const LoadX& x, const LoadG& g) {
+KA_HD static inline RmsBackwardRow rms_backward_row(int d, float eps, const LoadX& x,
+                                                    const LoadG& g) {
   const float rstd = row_rstd(d, eps, x);
   const float dot = tree_sum(d, [&](int i) { return mul(g(i), x(i)); });
   const float rstd3 = mul(mul(rstd, rstd), rstd);
   return {rstd, mul(rstd3, div(dot, static_cast<float>(d)))};
 }
 
-KA_HD inline float rms_backward_dx(float x, float g, RmsBackwardRow row) {
+KA_HD static inline float rms_backward_dx(float x, float g, RmsBackwardRow row) {
   return sub(mul(row.rstd, g), mul(x, row.coef));
 }
 
@@ -69,7 +71,7 @@ KA_HD inline float rms_backward_dx(float x, float g, RmsBackwardRow row) {
 // in block order from +0. A backend may give blocks to threads as it likes.
 inline constexpr int kDwBlocks = 64;
 
-KA_HD inline long long dw_block_begin(long long rows, int block) {
+KA_HD static inline long long dw_block_begin(long long rows, int block) {
   return rows * block / kDwBlocks;
 }
 

@@ -15,13 +15,13 @@ struct RotatedPair {
 // The order of the second sum is that of a complex product (a + ib)(c + is) in
 // PyTorch, which diffusers uses; the sum is commutative, so the bits do not depend
 // on it except for NaN payloads, which store_output canonicalises.
-KA_HD inline RotatedPair rope_rotate(float a, float b, float c, float s) {
+KA_HD static inline RotatedPair rope_rotate(float a, float b, float c, float s) {
   return {sub(mul(a, c), mul(b, s)), add(mul(a, s), mul(b, c))};
 }
 
 // The backward is the transpose rotation: the same code with sin negated
 // (negation is exact, so this is a*c + b*s and b*c - a*s rounded as above).
-KA_HD inline RotatedPair rope_rotate_transpose(float a, float b, float c, float s) {
+KA_HD static inline RotatedPair rope_rotate_transpose(float a, float b, float c, float s) {
   return rope_rotate(a, b, c, -s);
 }
 

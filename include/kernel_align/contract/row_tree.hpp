@@ -16,7 +16,7 @@ inline constexpr int kTreeLanes = 16;
 
 // `term(i)` returns the already-rounded fp32 term i of the sum, 0 <= i < n.
 template <class Term>
-KA_HD float tree_sum(int n, const Term& term) {
+KA_HD static inline float tree_sum(int n, const Term& term) {
   float lane[kTreeLanes];
   for (float& l : lane) l = 0.0f;
   for (int i = 0; i < n; ++i) lane[i % kTreeLanes] = add(lane[i % kTreeLanes], term(i));

@@ -1,0 +1,105 @@
+#include "cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/kernels.hpp"
+#include "cpu/thread_pool.hpp"
+#include "kernel_align/contract/convert.hpp"
+#include "kernel_align/contract/rmsnorm.hpp"
+#include "kernel_align/runtime.hpp"
+
+namespace kernel_align::cpu {
+namespace {
+
+// Below this many elements a call runs on the calling thread: waking workers would
+// cost more than the work.
+constexpr std::int64_t kMinElementsPerThread = 16384;
+
+int threads_for(std::int64_t rows, int d) {
+  const std::int64_t by_size = std::max<std::int64_t>(1, rows * d / kMinElementsPerThread);
+  return static_cast<int>(std::min<std::int64_t>(num_threads(), by_size));
+}
+
+// Calls kernel(range) over [0, rows) in contiguous ranges, one per thread.
+template <class Kernel>
+void for_rows(std::int64_t rows, int d, const Kernel& kernel) {
+  const int threads = threads_for(rows, d);
+  ThreadPool::instance().run(threads, threads, [&](std::int64_t t) {
+    kernel(RowRange{rows * t / threads, rows * (t + 1) / threads});
+  });
+}
+
+// The contract's dw: kDwBlocks block sums over the rows (blocks shared out to the
+// threads), then added in block order. `kernel(range, partial)` adds each row's
+// terms into partial[0..d) in row order. The 64 x d scratch is kept per thread.
+template <class Kernel>
+void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, const Kernel& kernel) {
+  thread_local std::vector<float> partials;
+  partials.assign(static_cast<std::size_t>(contract::kDwBlocks) * static_cast<std::size_t>(d),
+                  0.0f);
+  float* const base = partials.data();
+  const int threads = std::min(threads_for(rows, d), contract::kDwBlocks);
+  ThreadPool::instance().run(threads, contract::kDwBlocks, [&](std::int64_t block) {
+    const auto b = static_cast<int>(block);
+    kernel(RowRange{contract::dw_block_begin(rows, b), contract::dw_block_begin(rows, b + 1)},
+           base + static_cast<std::ptrdiff_t>(block) * d);
+  });
+  for (int i = 0; i < d; ++i) {
+    float total = 0.0f;
+    for (int b = 0; b < contract::kDwBlocks; ++b) total = contract::add(total, base[b * d + i]);
+    contract::store_output(dw.dtype, dw.data, i * dw.strides[0], total);
+  }
+}
+
+std::int64_t rows_of(const ConstTensorView& v) {
+  return v.numel() / v.shape[v.rank - 1];
+}
+
+const Kernels& active() {
+  return kernels(isa());
+}
+
+}  // namespace
+
+void qk_rmsnorm_forward(const detail::RmsNormForwardProblem& p) {
+  const Kernels& k = active();
+  for_rows(rows_of(p.x), p.d, [&](RowRange r) { k.rmsnorm_forward(p, r); });
+}
+
+void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p) {
+  const Kernels& k = active();
+  if (p.dw) {
+    for_dw_blocks(rows_of(p.x), p.d, *p.dw,
+                  [&](RowRange r, float* partial) { k.rmsnorm_backward(p, r, partial); });
+  } else {
+    for_rows(rows_of(p.x), p.d, [&](RowRange r) { k.rmsnorm_backward(p, r, nullptr); });
+  }
+}
+
+void multi_axis_rope(const detail::RopeProblem& p) {
+  const Kernels& k = active();
+  for_rows(rows_of(p.in), p.d, [&](RowRange r) { k.rope(p, r); });
+}
+
+void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p) {
+  const Kernels& k = active();
+  for (const detail::NormRopeForwardProblem& s : p.streams) {
+    for_rows(rows_of(s.x), s.d, [&](RowRange r) { k.norm_rope_forward(s, r); });
+  }
+}
+
+void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p) {
+  const Kernels& k = active();
+  for (const detail::NormRopeBackwardProblem& s : p.streams) {
+    if (s.dw) {
+      for_dw_blocks(rows_of(s.x), s.d, *s.dw,
+                    [&](RowRange r, float* partial) { k.norm_rope_backward(s, r, partial); });
+    } else {
+      for_rows(rows_of(s.x), s.d, [&](RowRange r) { k.norm_rope_backward(s, r, nullptr); });
+    }
+  }
+}
+
+}  // namespace kernel_align::cpu

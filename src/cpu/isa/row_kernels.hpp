@@ -1,0 +1,586 @@
+// The row kernels of every instruction-set path, written once over a 16-lane vector
+// policy `V` (portable.cpp, avx2.cpp, avx512.cpp define one each). Only V's primitive
+// operations differ between paths; the order of every fp32 operation is fixed here,
+// and it is the contract's (docs/contract.md):
+//
+// - A row is held as chunks of 16 fp32 lanes: chunk c, lane j is element 16c + j, so
+//   lane j is the contract's tree lane j. The tail chunk of a row whose length is not
+//   a multiple of 16 has +0 in its lanes past the end (loads fill them), and every
+//   step that feeds a sum keeps them +0: adding +0 to a tree lane is exact, since a
+//   lane is never -0.
+// - Sums: one 16-lane accumulator, `acc = add(acc, term)` chunk by chunk, then V's
+//   tree halving (8, 4, 2, 1). Row constants (rstd, coef) are the contract's scalar
+//   steps on the sums.
+// - Stores: NaN becomes the positive canonical NaN, then round to nearest-even to
+//   the output dtype (store_output); the same for `round_through`, whose NaN may be
+//   any NaN because a NaN never turns back into a number.
+//
+// V provides, for its register type F of 16 fp32 lanes:
+//   zero, broadcast(float), add, sub, mul, negate, negate_even (lanes 0, 2, ...),
+//   swap_pairs (lanes 2k <-> 2k+1), dup_pairs(const float* p) = p0 p0 p1 p1 ... p7 p7,
+//   keep_first(F, n) (lanes >= n set to +0), tree_reduce(F) -> float (contract step 3),
+//   load_f32 / load_bf16 / load_f16 (16 contiguous elements, widened exactly),
+//   canonical_nan(F) (NaN lanes -> 0x7FC00000), round_bf16 / round_f16 (to the
+//   nearest-even value of the dtype; round_bf16 needs a NaN-free input),
+//   to_bf16 / to_f16 (F -> H, 16 rounded 16-bit elements; to_bf16 needs a NaN-free
+//   input), store(float*, F) and store(std::uint16_t*, H) (bits unchanged),
+//   stream(...) the same as non-temporal stores to chunk-aligned memory, stream_fence.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cpu/isa/row_plan.hpp"
+#include "kernel_align/contract/convert.hpp"
+#include "kernel_align/contract/rmsnorm.hpp"
+
+namespace kernel_align::cpu {
+// Internal linkage for everything here: each ISA file compiles its own copy with its
+// own instruction set, and no copy may be merged with another's (row_plan.hpp).
+namespace {
+
+constexpr int kLanes = contract::kTreeLanes;
+constexpr int kMaxRowChunks = kMaxRowLength / kLanes;
+static_assert(kMaxRowLength % (2 * kLanes) == 0);
+
+// The length of a row and its chunks. kFixedLength != 0 makes them compile-time
+// constants: loops over a row's chunks unroll, and a D = 128 row (8 chunks) can stay
+// in registers; 0 reads the length at run time.
+template <int kFixedLength>
+struct RowShape {
+  static constexpr int kCapacity =
+      kFixedLength != 0 ? (kFixedLength + kLanes - 1) / kLanes : kMaxRowChunks;
+  int runtime_length = kFixedLength;
+
+  constexpr int length() const { return kFixedLength != 0 ? kFixedLength : runtime_length; }
+  constexpr int chunks() const { return (length() + kLanes - 1) / kLanes; }
+  constexpr int full_chunks() const { return length() / kLanes; }
+  // Elements in the last chunk, 1..16.
+  constexpr int last_count() const { return length() - (chunks() - 1) * kLanes; }
+};
+
+// Calls body(shape) with the shape of a d-element row: fixed for the head dim of
+// Qwen-Image (and most attention models), run-time otherwise.
+template <class Body>
+void with_row_shape(int d, const Body& body) {
+  if (d == 128) {
+    body(RowShape<128>{});
+  } else {
+    body(RowShape<0>{d});
+  }
+}
+
+// Leading indices of rows begin, begin + 1, ... in row-major order.
+class RowWalk {
+ public:
+  RowWalk(const std::int64_t (&extents)[kLeadingDims], std::int64_t row) : extents_(extents) {
+    for (int dim = kLeadingDims - 1; dim >= 0; --dim) {
+      index_[dim] = row % extents[dim];
+      row /= extents[dim];
+    }
+  }
+  std::int64_t index(int dim) const { return index_[dim]; }
+  std::int64_t offset(const std::int64_t (&strides)[kLeadingDims]) const {
+    return index_[0] * strides[0] + index_[1] * strides[1] + index_[2] * strides[2];
+  }
+  void next() {
+    for (int dim = kLeadingDims - 1; dim > 0; --dim) {
+      if (++index_[dim] < extents_[dim]) return;
+      index_[dim] = 0;
+    }
+    ++index_[0];
+  }
+
+ private:
+  const std::int64_t (&extents_)[kLeadingDims];
+  std::int64_t index_[kLeadingDims] = {};
+};
+
+// ---- Rows in and out of memory -------------------------------------------------
+
+// count elements `step` apart, copied to a contiguous 16-element buffer whose
+// other elements are zero: chunks of strided rows and row tails go through it.
+template <class Elem>
+void gather(const Elem* src, std::int64_t step, int count, Elem (&chunk)[kLanes]) {
+  for (int i = 0; i < kLanes; ++i) chunk[i] = i < count ? src[i * step] : Elem{};
+}
+
+template <class Elem>
+void scatter(const Elem (&chunk)[kLanes], int count, Elem* dst, std::int64_t step) {
+  for (int i = 0; i < count; ++i) dst[i * step] = chunk[i];
+}
+
+template <class F, class Elem, class Shape, class Load>
+void load_chunks(const Elem* src, std::int64_t step, Shape shape, F* row, const Load& load) {
+  const int full = shape.full_chunks();
+  Elem chunk[kLanes];
+  if (step == 1) {
+    for (int c = 0; c < full; ++c) row[c] = load(src + c * kLanes);
+  } else {
+    for (int c = 0; c < full; ++c) {
+      gather(src + c * kLanes * step, step, kLanes, chunk);
+      row[c] = load(chunk);
+    }
+  }
+  if (full < shape.chunks()) {
+    gather(src + full * kLanes * step, step, shape.last_count(), chunk);
+    row[full] = load(chunk);
+  }
+}
+
+// Elements [0, length) of a row at data[offset], `step` apart, widened to fp32.
+template <class V, class Shape>
+void load_row(const void* data, DType dtype, std::int64_t offset, std::int64_t step, Shape shape,
+              typename V::F* row) {
+  switch (dtype) {
+    case DType::F32:
+      load_chunks(static_cast<const float*>(data) + offset, step, shape, row,
+                  [](const float* p) { return V::load_f32(p); });
+      return;
+    case DType::BF16:
+      load_chunks(static_cast<const std::uint16_t*>(data) + offset, step, shape, row,
+                  [](const std::uint16_t* p) { return V::load_bf16(p); });
+      return;
+    case DType::F16:
+      load_chunks(static_cast<const std::uint16_t*>(data) + offset, step, shape, row,
+                  [](const std::uint16_t* p) { return V::load_f16(p); });
+      return;
+  }
+}
+
+template <class V, class Shape>
+void load_row(const RowInput& t, std::int64_t offset, Shape shape, typename V::F* row) {
+  load_row<V>(t.data, t.dtype, offset, t.step, shape, row);
+}
+
+// Whether a chunk at p may be stored non-temporally (stream stores need their size's
+// alignment).
+template <class Elem>
+bool chunk_aligned(const Elem* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % (sizeof(Elem) * kLanes) == 0;
+}
+
+// `convert(F)` gives what V::store writes for 16 elements of type Elem.
+template <class V, class Elem, class Shape, class Convert>
+void store_chunks(const typename V::F* row, Shape shape, Elem* dst, std::int64_t step,
+                  bool streaming, const Convert& convert) {
+  const int full = shape.full_chunks();
+  Elem chunk[kLanes];
+  if (step == 1) {
+    for (int c = 0; c < full; ++c) {
+      Elem* p = dst + c * kLanes;
+      if (streaming && chunk_aligned(p)) {
+        V::stream(p, convert(row[c]));
+      } else {
+        V::store(p, convert(row[c]));
+      }
+    }
+  } else {
+    for (int c = 0; c < full; ++c) {
+      V::store(chunk, convert(row[c]));
+      scatter(chunk, kLanes, dst + c * kLanes * step, step);
+    }
+  }
+  if (full < shape.chunks()) {
+    V::store(chunk, convert(row[full]));
+    scatter(chunk, shape.last_count(), dst + full * kLanes * step, step);
+  }
+}
+
+// contract::store_output of elements [0, length) of a row; `streaming`: with
+// non-temporal stores where the row allows (see streams_output).
+template <class V, class Shape>
+void store_row(const typename V::F* row, Shape shape, const RowOutput& t, std::int64_t offset,
+               bool streaming) {
+  using F = typename V::F;
+  switch (t.dtype) {
+    case DType::F32:
+      store_chunks<V>(row, shape, static_cast<float*>(t.data) + offset, t.step, streaming,
+                      [](F v) { return V::canonical_nan(v); });
+      return;
+    case DType::BF16:
+      store_chunks<V>(row, shape, static_cast<std::uint16_t*>(t.data) + offset, t.step, streaming,
+                      [](F v) { return V::to_bf16(V::canonical_nan(v)); });
+      return;
+    case DType::F16:
+      store_chunks<V>(row, shape, static_cast<std::uint16_t*>(t.data) + offset, t.step, streaming,
+                      [](F v) { return V::to_f16(V::canonical_nan(v)); });
+      return;
+  }
+}
+
+// Non-temporal stores skip reading each output line before writing it (measured
+// +40% over plain stores for streams of tens of MiB on a Zen 3 core), but an output
+// that would have stayed in cache for its reader is then read back from memory. They
+// are used for outputs of at least kStreamingMinBytes in all, about half a large L3.
+constexpr std::int64_t kStreamingMinBytes = std::int64_t{16} << 20;
+
+inline bool streams_output(const RowPlan& p) {
+  const std::int64_t rows = p.extents[0] * p.extents[1] * p.extents[2];
+  const std::int64_t element_bytes = p.out.dtype == DType::F32 ? 4 : 2;
+  return p.out.step == 1 && rows * p.d * element_bytes >= kStreamingMinBytes;
+}
+
+// contract::round_through of every element: the values a tensor of `dtype` would hold.
+template <class V, class Shape>
+void round_through_row(DType dtype, Shape shape, typename V::F* row) {
+  switch (dtype) {
+    case DType::F32:
+      return;
+    case DType::BF16:
+      for (int c = 0; c < shape.chunks(); ++c) row[c] = V::round_bf16(V::canonical_nan(row[c]));
+      return;
+    case DType::F16:
+      for (int c = 0; c < shape.chunks(); ++c) row[c] = V::round_f16(row[c]);
+      return;
+  }
+}
+
+// The weight, or the contract's fp32 ones when there is none.
+template <class V, class Shape>
+void load_weight(const NormParams& norm, Shape shape, typename V::F* weight) {
+  if (norm.weight == nullptr) {
+    for (int c = 0; c < shape.chunks(); ++c) weight[c] = V::broadcast(1.0f);
+  } else {
+    load_row<V>(norm.weight, norm.weight_dtype, 0, norm.weight_step, shape, weight);
+  }
+}
+
+// sums[i] = add(sums[i], terms_i) for the row's elements.
+template <class V, class Shape>
+void add_row_to(float* sums, Shape shape, const typename V::F* terms) {
+  const int full = shape.full_chunks();
+  for (int c = 0; c < full; ++c) {
+    float* s = sums + c * kLanes;
+    V::store(s, V::add(V::load_f32(s), terms[c]));
+  }
+  if (full < shape.chunks()) {
+    float chunk[kLanes];
+    gather(sums + full * kLanes, 1, shape.last_count(), chunk);
+    V::store(chunk, V::add(V::load_f32(chunk), terms[full]));
+    scatter(chunk, shape.last_count(), sums + full * kLanes, 1);
+  }
+}
+
+// ---- RMSNorm steps ---------------------------------------------------------------
+// They take a batch of kRows rows: each row's sums are chains of dependent adds in the
+// contract's order, and interleaving the chains of several rows lets them overlap.
+
+template <class V, class Shape, int kRows>
+using RowBatch = typename V::F[kRows][Shape::kCapacity];
+
+// contract::rms_normalized of every element, in place.
+template <class V, class Shape>
+void normalize_row(const NormParams& norm, float rstd, Shape shape, typename V::F* x) {
+  const typename V::F r = V::broadcast(rstd);
+  for (int c = 0; c < shape.chunks(); ++c) x[c] = V::mul(x[c], r);
+  if (norm.mode == contract::NormMode::Diffusers) round_through_row<V>(norm.weight_dtype, shape, x);
+}
+
+// contract::rms_forward of every element of the rows, in place.
+template <class V, class Shape, int kRows>
+void rms_forward_rows(const NormParams& norm, const typename V::F* weight, Shape shape,
+                      RowBatch<V, Shape, kRows>& x) {
+  typename V::F squares[kRows];
+  for (auto& s : squares) s = V::zero();
+  for (int c = 0; c < shape.chunks(); ++c) {
+    for (int b = 0; b < kRows; ++b) squares[b] = V::add(squares[b], V::mul(x[b][c], x[b][c]));
+  }
+  for (int b = 0; b < kRows; ++b) {
+    const float rstd = contract::rms_rstd(V::tree_reduce(squares[b]), shape.length(), norm.eps);
+    normalize_row<V>(norm, rstd, shape, x[b]);
+    for (int c = 0; c < shape.chunks(); ++c) x[b][c] = V::mul(x[b][c], weight[c]);
+  }
+}
+
+// The rmsnorm backward of the rows with upstream gradients dy: dx, and when
+// dw_partial is not null each row's dw terms mul(dy_i, n_i) added into it, rows in
+// order.
+template <class V, class Shape, int kRows>
+void rms_backward_rows(const NormParams& norm, const typename V::F* weight, Shape shape,
+                       const RowBatch<V, Shape, kRows>& x, const RowBatch<V, Shape, kRows>& dy,
+                       RowBatch<V, Shape, kRows>& dx, float* dw_partial) {
+  using F = typename V::F;
+  F squares[kRows];
+  F dots[kRows];
+  for (int b = 0; b < kRows; ++b) squares[b] = dots[b] = V::zero();
+  for (int c = 0; c < shape.chunks(); ++c) {
+    for (int b = 0; b < kRows; ++b) {
+      squares[b] = V::add(squares[b], V::mul(x[b][c], x[b][c]));
+      dots[b] = V::add(dots[b], V::mul(V::mul(dy[b][c], weight[c]), x[b][c]));
+    }
+  }
+  for (int b = 0; b < kRows; ++b) {
+    // contract::rms_backward_row from the two sums.
+    const float rstd = contract::rms_rstd(V::tree_reduce(squares[b]), shape.length(), norm.eps);
+    const float rstd3 = contract::mul(contract::mul(rstd, rstd), rstd);
+    const float coef = contract::mul(
+        rstd3, contract::div(V::tree_reduce(dots[b]), static_cast<float>(shape.length())));
+    if (dw_partial != nullptr) {
+      // dx holds the terms for the moment.
+      for (int c = 0; c < shape.chunks(); ++c) dx[b][c] = x[b][c];
+      normalize_row<V>(norm, rstd, shape, dx[b]);
+      for (int c = 0; c < shape.chunks(); ++c) dx[b][c] = V::mul(dy[b][c], dx[b][c]);
+      add_row_to<V>(dw_partial, shape, dx[b]);
+    }
+    const F r = V::broadcast(rstd);
+    const F k = V::broadcast(coef);
+    for (int c = 0; c < shape.chunks(); ++c) {
+      dx[b][c] = V::sub(V::mul(r, V::mul(dy[b][c], weight[c])), V::mul(x[b][c], k));
+    }
+  }
+}
+
+// ---- RoPE steps ------------------------------------------------------------------
+
+// A table row expanded to one (cos, sin) per element, so that for both pairings
+//   y_i = add(mul(x_i, cos_i), mul(partner_i, sin_i))
+// with partner_i the other element of i's pair and sin_i carrying the rotation's
+// sign: the contract's first = a*c - b*s is add(mul(a, c), mul(b, -s)) bit for bit
+// (negation is exact, and x - y is x + (-y) in IEEE 754), and its second
+// add(mul(a, s), mul(b, c)) differs from add(mul(b, c), mul(a, s)) in NaN payloads
+// only, which the store canonicalises. The transpose rotation negates every sin_i.
+template <class V, class Shape>
+struct RotationTable {
+  typename V::F cos[Shape::kCapacity];
+  typename V::F sin[Shape::kCapacity];
+  std::int64_t row = -1;  // the table row expanded, -1 before the first
+};
+
+template <class V, class Shape>
+void expand_table_row(const RopeParams& rope, std::int64_t table_row, Shape shape,
+                      typename V::F* cos, typename V::F* sin) {
+  const int d = shape.length();
+  const int half = d / 2;
+  const float* cos_row = rope.cos + table_row * rope.cos_strides[0];
+  const float* sin_row = rope.sin + table_row * rope.sin_strides[0];
+  if (rope.cos_strides[1] == 1 && rope.sin_strides[1] == 1 && d % (2 * kLanes) == 0) {
+    // Pairs never straddle a chunk: vector loads straight from the table.
+    const int half_chunks = shape.chunks() / 2;
+    for (int c = 0; c < shape.chunks(); ++c) {
+      if (rope.interleaved) {
+        cos[c] = V::dup_pairs(cos_row + c * kLanes / 2);
+        sin[c] = V::negate_even(V::dup_pairs(sin_row + c * kLanes / 2));
+      } else {
+        const int column = (c % half_chunks) * kLanes;
+        cos[c] = V::load_f32(cos_row + column);
+        sin[c] = c < half_chunks ? V::negate(V::load_f32(sin_row + column))
+                                 : V::load_f32(sin_row + column);
+      }
+      if (rope.transpose) sin[c] = V::negate(sin[c]);
+    }
+    return;
+  }
+  // Any other length or table stride, element by element; lanes past d stay +0.
+  float cos_elems[kMaxRowLength + kLanes] = {};
+  float sin_elems[kMaxRowLength + kLanes] = {};
+  for (int i = 0; i < d; ++i) {
+    const int column = rope.interleaved ? i / 2 : i % half;
+    const bool first = rope.interleaved ? i % 2 == 0 : i < half;
+    const float s = sin_row[column * rope.sin_strides[1]];
+    cos_elems[i] = cos_row[column * rope.cos_strides[1]];
+    sin_elems[i] = first != rope.transpose ? -s : s;
+  }
+  for (int c = 0; c < shape.chunks(); ++c) {
+    cos[c] = V::load_f32(cos_elems + c * kLanes);
+    sin[c] = V::load_f32(sin_elems + c * kLanes);
+  }
+}
+
+// The table expanded for `table_row`, re-expanded only when the row changes: the
+// heads of a token (consecutive rows in BSHD) share one table row.
+template <class V, class Shape>
+const RotationTable<V, Shape>& table_for(const RopeParams& rope, std::int64_t table_row,
+                                         Shape shape, RotationTable<V, Shape>& table) {
+  if (table.row != table_row) {
+    expand_table_row<V>(rope, table_row, shape, table.cos, table.sin);
+    table.row = table_row;
+  }
+  return table;
+}
+
+// y = the rotation of x (y must not be x: partners are read from other chunks).
+// Lanes past the row's end are +0 in y when they are in x.
+template <class V, class Shape>
+void rotate_row(const RopeParams& rope, const RotationTable<V, Shape>& table, Shape shape,
+                const typename V::F* x, typename V::F* y) {
+  const auto rotate = [&](int c, typename V::F partner) {
+    y[c] = V::add(V::mul(x[c], table.cos[c]), V::mul(partner, table.sin[c]));
+  };
+  const int d = shape.length();
+  if (rope.interleaved) {
+    // Pairs are adjacent lanes of one chunk (a row's length is even).
+    for (int c = 0; c < shape.chunks(); ++c) rotate(c, V::swap_pairs(x[c]));
+  } else if (d % (2 * kLanes) == 0) {
+    // The partner of chunk c is chunk c +- chunks/2.
+    const int half_chunks = shape.chunks() / 2;
+    for (int c = 0; c < shape.chunks(); ++c) {
+      rotate(c, x[c < half_chunks ? c + half_chunks : c - half_chunks]);
+    }
+  } else {
+    // The row twice in a row: element i + d/2 of it is the partner of element i.
+    float twice[2 * kMaxRowLength + kLanes];
+    for (int c = 0; c < shape.chunks(); ++c) V::store(twice + c * kLanes, x[c]);
+    for (int c = 0; c < shape.chunks(); ++c) V::store(twice + d + c * kLanes, x[c]);
+    for (int c = 0; c < shape.chunks(); ++c) rotate(c, V::load_f32(twice + c * kLanes + d / 2));
+    // Lanes past the end read partners from the second copy.
+    const int last = shape.chunks() - 1;
+    y[last] = V::keep_first(y[last], shape.last_count());
+  }
+}
+
+// ---- Kernels -----------------------------------------------------------------------
+// Each reads a row whole before it writes it: an output may be its input (in place).
+
+// Calls body(std::integral_constant<int, n>) for consecutive batches of n rows that
+// cover [begin, end): 4 at a time where rows are short enough to keep 4 in registers
+// or L1, then one at a time.
+template <class Shape, class Body>
+void for_row_batches(std::int64_t begin, std::int64_t end, const Body& body) {
+  constexpr int kBatch = Shape::kCapacity <= 16 ? 4 : 1;
+  std::int64_t r = begin;
+  for (; end - r >= kBatch; r += kBatch) body(std::integral_constant<int, kBatch>{});
+  if constexpr (kBatch > 1) {
+    for (; r < end; ++r) body(std::integral_constant<int, 1>{});
+  }
+}
+
+template <class V>
+void rmsnorm_forward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end, float*) {
+  const bool streaming = streams_output(p);
+  with_row_shape(p.d, [&](auto shape) {
+    using Shape = decltype(shape);
+    typename V::F weight[Shape::kCapacity];
+    load_weight<V>(p.norm, shape, weight);
+    RowWalk row(p.extents, begin);
+    for_row_batches<Shape>(begin, end, [&](auto batch) {
+      constexpr int kRows = decltype(batch)::value;
+      RowBatch<V, Shape, kRows> x;
+      std::int64_t y_offset[kRows];
+      for (int b = 0; b < kRows; ++b, row.next()) {
+        load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
+        y_offset[b] = row.offset(p.out.strides);
+      }
+      rms_forward_rows<V>(p.norm, weight, shape, x);
+      for (int b = 0; b < kRows; ++b) store_row<V>(x[b], shape, p.out, y_offset[b], streaming);
+    });
+  });
+  if (streaming) V::stream_fence();
+}
+
+template <class V>
+void rmsnorm_backward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end,
+                             float* dw_partial) {
+  const bool streaming = streams_output(p);
+  with_row_shape(p.d, [&](auto shape) {
+    using Shape = decltype(shape);
+    typename V::F weight[Shape::kCapacity];
+    load_weight<V>(p.norm, shape, weight);
+    RowWalk row(p.extents, begin);
+    for_row_batches<Shape>(begin, end, [&](auto batch) {
+      constexpr int kRows = decltype(batch)::value;
+      RowBatch<V, Shape, kRows> x, dy, dx;
+      std::int64_t dx_offset[kRows];
+      for (int b = 0; b < kRows; ++b, row.next()) {
+        load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
+        load_row<V>(p.dy, row.offset(p.dy.strides), shape, dy[b]);
+        dx_offset[b] = row.offset(p.out.strides);
+      }
+      rms_backward_rows<V>(p.norm, weight, shape, x, dy, dx, dw_partial);
+      for (int b = 0; b < kRows; ++b) store_row<V>(dx[b], shape, p.out, dx_offset[b], streaming);
+    });
+  });
+  if (streaming) V::stream_fence();
+}
+
+template <class V>
+void rope_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end, float*) {
+  const bool streaming = streams_output(p);
+  with_row_shape(p.d, [&](auto shape) {
+    using Shape = decltype(shape);
+    RotationTable<V, Shape> table;
+    typename V::F x[Shape::kCapacity];
+    typename V::F y[Shape::kCapacity];
+    RowWalk row(p.extents, begin);
+    for (std::int64_t r = begin; r < end; ++r, row.next()) {
+      const std::int64_t table_row = p.rope.seq_offset + row.index(p.rope.seq_dim);
+      load_row<V>(p.x, row.offset(p.x.strides), shape, x);
+      rotate_row<V>(p.rope, table_for<V>(p.rope, table_row, shape, table), shape, x, y);
+      store_row<V>(y, shape, p.out, row.offset(p.out.strides), streaming);
+    }
+  });
+  if (streaming) V::stream_fence();
+}
+
+// rope(rmsnorm(x)) through a row of out's dtype: the unfused ops' intermediate tensor.
+template <class V>
+void norm_rope_forward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end, float*) {
+  const bool streaming = streams_output(p);
+  with_row_shape(p.d, [&](auto shape) {
+    using Shape = decltype(shape);
+    RotationTable<V, Shape> table;
+    typename V::F weight[Shape::kCapacity];
+    load_weight<V>(p.norm, shape, weight);
+    RowWalk row(p.extents, begin);
+    for_row_batches<Shape>(begin, end, [&](auto batch) {
+      constexpr int kRows = decltype(batch)::value;
+      RowBatch<V, Shape, kRows> x;
+      std::int64_t table_row[kRows];
+      std::int64_t y_offset[kRows];
+      for (int b = 0; b < kRows; ++b, row.next()) {
+        load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
+        table_row[b] = p.rope.seq_offset + row.index(p.rope.seq_dim);
+        y_offset[b] = row.offset(p.out.strides);
+      }
+      rms_forward_rows<V>(p.norm, weight, shape, x);
+      for (int b = 0; b < kRows; ++b) {
+        typename V::F y[Shape::kCapacity];
+        round_through_row<V>(p.out.dtype, shape, x[b]);
+        rotate_row<V>(p.rope, table_for<V>(p.rope, table_row[b], shape, table), shape, x[b], y);
+        store_row<V>(y, shape, p.out, y_offset[b], streaming);
+      }
+    });
+  });
+  if (streaming) V::stream_fence();
+}
+
+// The rmsnorm backward of (x, g) with g = the transpose rotation of dy through a row
+// of dy's dtype: the unfused ops' intermediate tensor.
+template <class V>
+void norm_rope_backward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end,
+                               float* dw_partial) {
+  const bool streaming = streams_output(p);
+  with_row_shape(p.d, [&](auto shape) {
+    using Shape = decltype(shape);
+    RotationTable<V, Shape> table;
+    typename V::F weight[Shape::kCapacity];
+    load_weight<V>(p.norm, shape, weight);
+    RowWalk row(p.extents, begin);
+    for_row_batches<Shape>(begin, end, [&](auto batch) {
+      constexpr int kRows = decltype(batch)::value;
+      RowBatch<V, Shape, kRows> x, g, dx;
+      std::int64_t dx_offset[kRows];
+      for (int b = 0; b < kRows; ++b, row.next()) {
+        const std::int64_t table_row = p.rope.seq_offset + row.index(p.rope.seq_dim);
+        load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
+        load_row<V>(p.dy, row.offset(p.dy.strides), shape, dx[b]);
+        rotate_row<V>(p.rope, table_for<V>(p.rope, table_row, shape, table), shape, dx[b], g[b]);
+        round_through_row<V>(p.dy.dtype, shape, g[b]);
+        dx_offset[b] = row.offset(p.out.strides);
+      }
+      rms_backward_rows<V>(p.norm, weight, shape, x, g, dx, dw_partial);
+      for (int b = 0; b < kRows; ++b) store_row<V>(dx[b], shape, p.out, dx_offset[b], streaming);
+    });
+  });
+  if (streaming) V::stream_fence();
+}
+
+// The table of path V (constant-initialised: no code runs before main).
+template <class V>
+constexpr RowKernels row_kernels_of() {
+  return {&rmsnorm_forward_kernel<V>, &rmsnorm_backward_kernel<V>, &rope_kernel<V>,
+          &norm_rope_forward_kernel<V>, &norm_rope_backward_kernel<V>};
+}
+
+}  // namespace
+}  // namespace kernel_align::cpu
