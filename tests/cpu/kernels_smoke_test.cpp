@@ -1,0 +1,431 @@
+// The CPU kernel tables called directly (no driver, no threads) against the reference
+// backend, byte for byte, on every ISA path this machine runs: all dtypes of inputs,
+// outputs and weights, both norm modes, both pairings and layouts, head dims with and
+// without a tail chunk, strided, padded, unaligned and in-place memory, row ranges
+// that start mid-tensor, and rows of NaN, Inf, subnormal and huge values.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/problems.hpp"
+#include "cpu/kernels.hpp"
+#include "kernel_align/contract/convert.hpp"
+#include "kernel_align/contract/rmsnorm.hpp"
+#include "reference/reference.hpp"
+#include "support/buffers.hpp"
+#include "support/runtime_guard.hpp"
+
+namespace kernel_align {
+namespace {
+
+using test::Outputs;
+using test::PlacedBuffer;
+using test::Rng;
+
+constexpr DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
+constexpr int kHeadDims[] = {2, 8, 18, 64, 128, 130, 4096};
+
+// Bit patterns a kernel must carry through exactly: NaNs of both signs with
+// payloads (quiet and signalling), infinities, zeros, subnormals, the largest finite.
+std::uint32_t special_bits(DType dtype, Rng& rng) {
+  static constexpr std::array<std::uint32_t, 10> f32 = {
+      0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0xFFFFFFFFu, 0x7F800000u,
+      0xFF800000u, 0x00000001u, 0x807FFFFFu, 0x80000000u, 0x7F7FFFFFu};
+  static constexpr std::array<std::uint32_t, 10> bf16 = {
+      0x7FC0u, 0xFFC1u, 0x7F81u, 0x7FFFu, 0x7F80u, 0xFF80u, 0x0001u, 0x807Fu, 0x8000u, 0x7F7Fu};
+  static constexpr std::array<std::uint32_t, 10> f16 = {
+      0x7E00u, 0xFE01u, 0x7C01u, 0xFFFFu, 0x7C00u, 0xFC00u, 0x0001u, 0x83FFu, 0x8000u, 0x7BFFu};
+  const auto& table = dtype == DType::F32 ? f32 : (dtype == DType::BF16 ? bf16 : f16);
+  return table[static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(table.size())))];
+}
+
+std::uint32_t bits_of_value(DType dtype, float v) {
+  switch (dtype) {
+    case DType::BF16:
+      return contract::f32_to_bf16(v);
+    case DType::F16:
+      return contract::f32_to_f16(v);
+    case DType::F32:
+      break;
+  }
+  return contract::bits_of(v);
+}
+
+// Row r of a tensor gets values of kind r % 6: two plain kinds, then NaN/Inf/subnormal
+// specials among plain values, then subnormal-sized values, then values near the
+// dtype's largest (sums of squares overflow), then plain values and one infinity
+// (infinite rather than NaN sums: a stray NaN in a padded lane would show).
+void fill_rows(PlacedBuffer& b, Rng& rng) {
+  const std::int64_t d = b.shape().back();
+  std::int64_t infinite_at = -1;
+  for (std::int64_t i = 0; i < b.numel(); ++i) {
+    const std::int64_t kind = (i / d) % 6;
+    if (i % d == 0) infinite_at = rng.below(d);
+    float v = static_cast<float>(rng.spread(6));
+    if ((kind == 2 && rng.below(4) == 0) || (kind == 5 && i % d == infinite_at)) {
+      b.set_bits(i, kind == 2 ? special_bits(b.dtype(), rng)
+                              : bits_of_value(b.dtype(), contract::float_of(0x7F800000u)));
+      continue;
+    }
+    if (kind == 3)
+      v = static_cast<float>(rng.uniform(-1.0, 1.0) *
+                             (b.dtype() == DType::F16 ? 0x1p-14 : 0x1p-126));
+    if (kind == 4)
+      v = static_cast<float>(rng.uniform(-1.0, 1.0) * (b.dtype() == DType::F16 ? 6e4 : 3e38));
+    b.set_bits(i, bits_of_value(b.dtype(), v));
+  }
+}
+
+// How a case lays out its tensors in memory.
+enum class Memory { Contiguous, Unaligned, PaddedRows, Strided, InPlace, kCount };
+
+std::vector<std::int64_t> strides_for(Memory m, const std::vector<std::int64_t>& shape) {
+  if (m == Memory::PaddedRows) return test::padded_strides(shape, 3);
+  if (m != Memory::Strided) return test::padded_strides(shape);
+  // Every element two apart, rows one element further.
+  std::vector<std::int64_t> strides = test::padded_strides(shape, 1);
+  for (std::int64_t& s : strides) s *= 2;
+  return strides;
+}
+
+std::size_t misalign_for(Memory m, DType dtype) {
+  return m == Memory::Contiguous ? 0 : test::unaligned_offset(dtype);
+}
+
+PlacedBuffer make_tensor(DType dtype, const std::vector<std::int64_t>& shape, Memory m, Rng& rng) {
+  PlacedBuffer b(dtype, shape, strides_for(m, shape), misalign_for(m, dtype));
+  fill_rows(b, rng);
+  return b;
+}
+
+// An output: a copy of `input` for in-place cases (same dtype), else fresh storage.
+PlacedBuffer make_output(DType dtype, const PlacedBuffer& input, Memory m) {
+  if (m == Memory::InPlace && input.dtype() == dtype) {
+    return test::placed_copy(input.cview(), strides_for(m, input.shape()), misalign_for(m, dtype));
+  }
+  return PlacedBuffer(dtype, input.shape(), strides_for(m, input.shape()), misalign_for(m, dtype));
+}
+
+std::optional<PlacedBuffer> make_weight(std::optional<DType> dtype, int d, Memory m, Rng& rng) {
+  if (!dtype) return std::nullopt;
+  PlacedBuffer w(*dtype, {d}, {m == Memory::Strided ? 3 : 1}, misalign_for(m, *dtype));
+  for (std::int64_t i = 0; i < d; ++i) {
+    w.set_bits(i, bits_of_value(*dtype, static_cast<float>(rng.spread(20))));
+  }
+  return w;
+}
+
+// cos and sin [S, d/2], column-strided in the strided cases; some values are large or
+// infinite (the rotation must carry whatever the tables hold).
+std::array<PlacedBuffer, 2> make_tables(std::int64_t seq, int d, Memory m, Rng& rng) {
+  const std::vector<std::int64_t> shape = {seq, d / 2};
+  const std::vector<std::int64_t> strides =
+      m == Memory::Strided ? std::vector<std::int64_t>{d + 1, 2} : test::padded_strides(shape);
+  std::array<PlacedBuffer, 2> tables = {PlacedBuffer(DType::F32, shape, strides),
+                                        PlacedBuffer(DType::F32, shape, strides)};
+  for (PlacedBuffer& t : tables) {
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      const float v = i == 3 ? contract::float_of(0x7F800000u) : static_cast<float>(rng.spread(3));
+      t.set_bits(i, contract::bits_of(v));
+    }
+  }
+  return tables;
+}
+
+std::optional<ConstTensorView> cview(const std::optional<PlacedBuffer>& b) {
+  if (!b) return std::nullopt;
+  return b->cview();
+}
+
+// Runs a kernel over all rows in two ranges split mid-tensor (the second starts
+// inside a leading dim).
+void in_two_ranges(std::int64_t rows, const std::function<void(cpu::RowRange)>& kernel) {
+  kernel({0, rows / 3});
+  kernel({rows / 3, rows});
+}
+
+// The driver's dw: 64 fixed blocks of rows summed separately, then in block order.
+void dw_in_blocks(std::int64_t rows, int d, const TensorView& dw,
+                  const std::function<void(cpu::RowRange, float*)>& kernel) {
+  std::vector<float> partials(static_cast<std::size_t>(contract::kDwBlocks * d), 0.0f);
+  for (int b = 0; b < contract::kDwBlocks; ++b) {
+    kernel({contract::dw_block_begin(rows, b), contract::dw_block_begin(rows, b + 1)},
+           partials.data() + static_cast<std::ptrdiff_t>(b) * d);
+  }
+  for (int i = 0; i < d; ++i) {
+    float total = 0.0f;
+    for (int b = 0; b < contract::kDwBlocks; ++b) {
+      total = contract::add(total, partials[static_cast<std::size_t>(b * d + i)]);
+    }
+    contract::store_output(dw.dtype, dw.data, i * dw.strides[0], total);
+  }
+}
+
+std::int64_t rows_of(const ConstTensorView& v) {
+  return v.numel() / v.shape[v.rank - 1];
+}
+
+// One case: `run(kernels)` computes its outputs on fresh storage with the given
+// kernels, or with the reference backend when kernels is null.
+using CaseRun = std::function<Outputs(const cpu::Kernels* kernels)>;
+
+class KernelsSmoke : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (GetParam() > best_isa()) GTEST_SKIP() << isa_name(GetParam()) << " is not available here";
+  }
+  void check(const std::string& name, const CaseRun& run) {
+    const Outputs expected = run(nullptr);
+    const Outputs actual = run(&cpu::kernels(GetParam()));
+    EXPECT_TRUE(test::same_bytes(expected, actual)) << name;
+    ++cases_;
+  }
+  int cases_ = 0;
+};
+
+std::string describe_case(const char* op, int d, DType in, DType out, Memory m) {
+  return std::string(op) + " d=" + std::to_string(d) + " " + dtype_name(in) + "->" +
+         dtype_name(out) + " memory=" + std::to_string(static_cast<int>(m));
+}
+
+TEST_P(KernelsSmoke, RmsNorm) {
+  Rng rng(1);
+  const std::vector<std::vector<std::int64_t>> leading = {{}, {5}, {2, 3}, {2, 1, 3}};
+  const std::optional<DType> weights[] = {std::nullopt, DType::F32, DType::BF16, DType::F16};
+  for (int d : kHeadDims) {
+    for (DType in : kDtypes) {
+      for (DType out : kDtypes) {
+        for (const std::optional<DType>& wt : weights) {
+          for (NormMode mode : {NormMode::Single, NormMode::Diffusers}) {
+            const auto m = static_cast<Memory>(rng.below(static_cast<int>(Memory::kCount)));
+            std::vector<std::int64_t> shape = leading[static_cast<std::size_t>(rng.below(4))];
+            shape.push_back(d);
+            const DType dy_dtype = kDtypes[rng.below(3)];
+            const PlacedBuffer x = make_tensor(in, shape, m, rng);
+            const PlacedBuffer dy = make_tensor(dy_dtype, shape, m, rng);
+            const std::optional<PlacedBuffer> w = make_weight(wt, d, m, rng);
+            const RmsNormOptions options{1e-6f, mode};
+            const std::int64_t rows = rows_of(x.cview());
+            check(describe_case("rmsnorm_forward", d, in, out, m), [&](const cpu::Kernels* k) {
+              PlacedBuffer y = make_output(out, x, m);
+              const ConstTensorView xv = m == Memory::InPlace && in == out ? y.cview() : x.cview();
+              const auto p = detail::make_rmsnorm_forward(xv, cview(w), y.view(), options);
+              if (k == nullptr) {
+                reference::qk_rmsnorm_forward(p);
+              } else {
+                in_two_ranges(rows, [&](cpu::RowRange r) { k->rmsnorm_forward(p, r); });
+              }
+              return Outputs{test::named_bytes("y", y)};
+            });
+            check(describe_case("rmsnorm_backward", d, in, out, m), [&](const cpu::Kernels* k) {
+              PlacedBuffer dx = make_output(out, dy, m);
+              std::optional<PlacedBuffer> dw;
+              if (w) dw.emplace(*wt, std::vector<std::int64_t>{d});
+              const ConstTensorView dyv =
+                  m == Memory::InPlace && dy_dtype == out ? dx.cview() : dy.cview();
+              std::optional<TensorView> dwv;
+              if (dw) dwv = dw->view();
+              const auto p =
+                  detail::make_rmsnorm_backward(x.cview(), dyv, cview(w), dx.view(), dwv, options);
+              if (k == nullptr) {
+                reference::qk_rmsnorm_backward(p);
+              } else if (dw) {
+                dw_in_blocks(rows, d, *dwv, [&](cpu::RowRange r, float* partial) {
+                  k->rmsnorm_backward(p, r, partial);
+                });
+              } else {
+                in_two_ranges(rows, [&](cpu::RowRange r) { k->rmsnorm_backward(p, r, nullptr); });
+              }
+              Outputs outputs{test::named_bytes("dx", dx)};
+              if (dw) outputs.push_back(test::named_bytes("dw", *dw));
+              return outputs;
+            });
+          }
+        }
+      }
+    }
+  }
+  RecordProperty("cases", cases_);
+}
+
+// [B, S, H, D] stored in `layout`.
+std::vector<std::int64_t> stored_shape(Layout layout, std::int64_t s, std::int64_t h, int d) {
+  return layout == Layout::BSHD ? std::vector<std::int64_t>{2, s, h, d}
+                                : std::vector<std::int64_t>{2, h, s, d};
+}
+
+TEST_P(KernelsSmoke, Rope) {
+  Rng rng(2);
+  constexpr std::int64_t kSeq = 3;
+  for (int d : kHeadDims) {
+    for (DType in : kDtypes) {
+      for (DType out : kDtypes) {
+        for (Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
+          for (Layout layout : {Layout::BSHD, Layout::BHSD}) {
+            for (bool transpose : {false, true}) {
+              const auto m = static_cast<Memory>(rng.below(static_cast<int>(Memory::kCount)));
+              const PlacedBuffer x = make_tensor(in, stored_shape(layout, kSeq, 2, d), m, rng);
+              const auto tables = make_tables(kSeq, d, m, rng);
+              const RopeOptions options{pairing, layout};
+              check(describe_case("rope", d, in, out, m), [&](const cpu::Kernels* k) {
+                PlacedBuffer y = make_output(out, x, m);
+                const ConstTensorView xv =
+                    m == Memory::InPlace && in == out ? y.cview() : x.cview();
+                const auto p = detail::make_rope(xv, tables[0].cview(), tables[1].cview(), y.view(),
+                                                 options, transpose, "x", "y");
+                if (k == nullptr) {
+                  reference::multi_axis_rope(p);
+                } else {
+                  in_two_ranges(rows_of(xv), [&](cpu::RowRange r) { k->rope(p, r); });
+                }
+                return Outputs{test::named_bytes("y", y)};
+              });
+            }
+          }
+        }
+      }
+    }
+  }
+  RecordProperty("cases", cases_);
+}
+
+TEST_P(KernelsSmoke, FusedNormRope) {
+  Rng rng(3);
+  constexpr std::int64_t kSeq = 4;
+  const std::optional<DType> weights[] = {std::nullopt, DType::F32, DType::BF16, DType::F16};
+  for (int d : kHeadDims) {
+    for (DType in : kDtypes) {
+      for (DType out : kDtypes) {
+        for (Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
+          for (Layout layout : {Layout::BSHD, Layout::BHSD}) {
+            const auto m = static_cast<Memory>(rng.below(static_cast<int>(Memory::kCount)));
+            const std::optional<DType> wt = weights[rng.below(4)];
+            QkNormRopeOptions options;
+            options.mode = rng.below(2) == 0 ? NormMode::Single : NormMode::Diffusers;
+            options.pairing = pairing;
+            options.layout = layout;
+            options.text_len = 1;
+            const DType dy_dtype = kDtypes[rng.below(3)];
+            const PlacedBuffer q = make_tensor(in, stored_shape(layout, kSeq, 2, d), m, rng);
+            const PlacedBuffer k = make_tensor(in, stored_shape(layout, kSeq, 3, d), m, rng);
+            const PlacedBuffer dq_out = make_tensor(dy_dtype, q.shape(), m, rng);
+            const PlacedBuffer dk_out = make_tensor(dy_dtype, k.shape(), m, rng);
+            const auto tables = make_tables(kSeq, d, m, rng);
+            std::array<std::optional<PlacedBuffer>, 4> w;
+            for (auto& one : w) one = make_weight(wt, d, m, rng);
+            const QkNormWeights wv{cview(w[0]), cview(w[1]), cview(w[2]), cview(w[3])};
+
+            check(describe_case("norm_rope_forward", d, in, out, m), [&](const cpu::Kernels* kern) {
+              PlacedBuffer q_out = make_output(out, q, m);
+              PlacedBuffer k_out = make_output(out, k, m);
+              const bool in_place = m == Memory::InPlace && in == out;
+              const auto p = detail::make_qk_norm_rope_forward(
+                  in_place ? q_out.cview() : q.cview(), in_place ? k_out.cview() : k.cview(), wv,
+                  tables[0].cview(), tables[1].cview(), q_out.view(), k_out.view(), options);
+              for (const auto& stream : p.streams) {
+                if (kern == nullptr) {
+                  reference::norm_rope_forward(stream);
+                } else {
+                  in_two_ranges(rows_of(stream.x),
+                                [&](cpu::RowRange r) { kern->norm_rope_forward(stream, r); });
+                }
+              }
+              return Outputs{test::named_bytes("q_out", q_out), test::named_bytes("k_out", k_out)};
+            });
+
+            check(describe_case("norm_rope_backward", d, in, out, m),
+                  [&](const cpu::Kernels* kern) {
+                    PlacedBuffer dq = make_output(out, dq_out, m);
+                    PlacedBuffer dk = make_output(out, dk_out, m);
+                    std::array<std::optional<PlacedBuffer>, 4> dw;
+                    if (wt) {
+                      for (auto& one : dw) one.emplace(*wt, std::vector<std::int64_t>{d});
+                    }
+                    const auto view_of = [](std::optional<PlacedBuffer>& b) {
+                      return b ? std::optional<TensorView>(b->view()) : std::nullopt;
+                    };
+                    const QkNormWeightGrads dwv{view_of(dw[0]), view_of(dw[1]), view_of(dw[2]),
+                                                view_of(dw[3])};
+                    const bool in_place = m == Memory::InPlace && dy_dtype == out;
+                    const auto p = detail::make_qk_norm_rope_backward(
+                        q.cview(), k.cview(), in_place ? dq.cview() : dq_out.cview(),
+                        in_place ? dk.cview() : dk_out.cview(), wv, tables[0].cview(),
+                        tables[1].cview(), dq.view(), dk.view(), dwv, options);
+                    for (const auto& stream : p.streams) {
+                      if (kern == nullptr) {
+                        reference::norm_rope_backward(stream);
+                      } else if (stream.dw) {
+                        dw_in_blocks(rows_of(stream.x), d, *stream.dw,
+                                     [&](cpu::RowRange r, float* partial) {
+                                       kern->norm_rope_backward(stream, r, partial);
+                                     });
+                      } else {
+                        in_two_ranges(rows_of(stream.x), [&](cpu::RowRange r) {
+                          kern->norm_rope_backward(stream, r, nullptr);
+                        });
+                      }
+                    }
+                    Outputs outputs{test::named_bytes("dq", dq), test::named_bytes("dk", dk)};
+                    for (std::size_t i = 0; i < dw.size(); ++i) {
+                      if (dw[i])
+                        outputs.push_back(test::named_bytes("dw" + std::to_string(i), *dw[i]));
+                    }
+                    return outputs;
+                  });
+          }
+        }
+      }
+    }
+  }
+  RecordProperty("cases", cases_);
+}
+
+// Outputs of 16 MiB and more are written with non-temporal stores where a chunk is
+// aligned to its size, and plain stores elsewhere: both must give the same bytes.
+TEST_P(KernelsSmoke, LargeOutputs) {
+  Rng rng(4);
+  constexpr int kD = 128;
+  const std::vector<std::int64_t> shape = {1, 4096, 16, kD};  // 8 Mi elements
+  for (DType out : {DType::F32, DType::BF16, DType::F16}) {
+    for (std::size_t misalign : {std::size_t{0}, std::size_t{2}}) {
+      PlacedBuffer x(DType::BF16, shape, misalign);
+      fill_rows(x, rng);
+      const auto tables = make_tables(shape[1], kD, Memory::Contiguous, rng);
+      const std::string name =
+          std::string("large ") + dtype_name(out) + " misalign " + std::to_string(misalign);
+      check("rmsnorm_forward " + name, [&](const cpu::Kernels* k) {
+        PlacedBuffer y(out, shape, misalign * dtype_size(out) / 2);
+        const auto p = detail::make_rmsnorm_forward(x.cview(), std::nullopt, y.view(), {});
+        if (k == nullptr) {
+          reference::qk_rmsnorm_forward(p);
+        } else {
+          k->rmsnorm_forward(p, {0, rows_of(x.cview())});
+        }
+        return Outputs{test::named_bytes("y", y)};
+      });
+      check("rope " + name, [&](const cpu::Kernels* k) {
+        PlacedBuffer y(out, shape, misalign * dtype_size(out) / 2);
+        const auto p = detail::make_rope(x.cview(), tables[0].cview(), tables[1].cview(), y.view(),
+                                         {}, false, "x", "y");
+        if (k == nullptr) {
+          reference::multi_axis_rope(p);
+        } else {
+          k->rope(p, {0, rows_of(x.cview())});
+        }
+        return Outputs{test::named_bytes("y", y)};
+      });
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, KernelsSmoke,
+                         ::testing::Values(Isa::Portable, Isa::Avx2, Isa::Avx512),
+                         [](const auto& path) { return std::string(isa_name(path.param)); });
+
+}  // namespace
+}  // namespace kernel_align
