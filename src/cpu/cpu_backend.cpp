@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "api/float_env.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/thread_pool.hpp"
 #include "kernel_align/contract/convert.hpp"
@@ -27,6 +28,7 @@ template <class Kernel>
 void for_rows(std::int64_t rows, int d, const Kernel& kernel) {
   const int threads = threads_for(rows, d);
   ThreadPool::instance().run(threads, threads, [&](std::int64_t t) {
+    const detail::ContractFloatEnvironment env;  // pool threads too, whatever they inherited
     kernel(RowRange{rows * t / threads, rows * (t + 1) / threads});
   });
 }
@@ -42,6 +44,7 @@ void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, const Kernel&
   float* const base = partials.data();
   const int threads = std::min(threads_for(rows, d), contract::kDwBlocks);
   ThreadPool::instance().run(threads, contract::kDwBlocks, [&](std::int64_t block) {
+    const detail::ContractFloatEnvironment env;
     const auto b = static_cast<int>(block);
     kernel(RowRange{contract::dw_block_begin(rows, b), contract::dw_block_begin(rows, b + 1)},
            base + static_cast<std::ptrdiff_t>(block) * d);

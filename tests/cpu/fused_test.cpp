@@ -40,9 +40,8 @@ const WeightSet kWeightSets[] = {
     {"image_only_fp16", {std::nullopt, std::nullopt, DType::F16, DType::F16}},
 };
 
-// The case of `c` with the weights of `set` (random values) and, for the backward,
-// a gradient for each present weight whose bit in `grad_mask` is set (dtype
-// alternating fp32 and the weight's own).
+// Replaces the weights of a case by random ones of `set`'s dtypes (absent where
+// `set` has none).
 void use_weights(test::FourWeights& weights, const CaseSpec& c, const WeightSet& set, Rng& rng) {
   for (std::size_t i = 0; i < 4; ++i) {
     weights[i].reset();
@@ -50,6 +49,8 @@ void use_weights(test::FourWeights& weights, const CaseSpec& c, const WeightSet&
   }
 }
 
+// A gradient for each present weight whose bit (order of kWeightNames) is set in
+// `grad_mask`: q gradients fp32, k gradients in the weight's own dtype.
 std::array<std::optional<test::BufferSpec>, 4> grads_for(const CaseSpec& c, const WeightSet& set,
                                                          unsigned grad_mask) {
   std::array<std::optional<test::BufferSpec>, 4> dw;

@@ -56,11 +56,13 @@ KA_HD static inline float div(float a, float b) {
 }
 
 // IEEE 754 requires sqrt to be correctly rounded; sqrtss/vsqrtps and __fsqrt_rn are.
+// The builtin, not std::sqrt: an inline std::sqrt compiled in an AVX-512 file would be
+// a weak symbol the linker could hand to baseline code.
 KA_HD static inline float sqrt_rn(float a) {
 #if defined(__CUDA_ARCH__)
   return __fsqrt_rn(a);
 #else
-  return std::sqrt(a);
+  return __builtin_sqrtf(a);
 #endif
 }
 
