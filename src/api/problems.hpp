@@ -54,6 +54,9 @@ struct SequenceTensor {
   std::int64_t stride_d = 0;
 };
 
+// The (batch, sequence, head, d) strides of a 4-D view in `layout`.
+SequenceTensor sequence_strides(const ConstTensorView& v, Layout layout);
+
 struct RopeProblem {
   ConstTensorView in;
   TensorView out;

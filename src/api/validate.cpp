@@ -122,12 +122,12 @@ void check_table(const std::string& name, const ConstTensorView& table, std::int
   }
 }
 
+}  // namespace
+
 SequenceTensor sequence_strides(const ConstTensorView& v, Layout layout) {
   const bool bshd = layout == Layout::BSHD;
   return {v.strides[0], v.strides[bshd ? 1 : 2], v.strides[bshd ? 2 : 1], v.strides[3]};
 }
-
-}  // namespace
 
 RowIndexer::RowIndexer(const ConstTensorView& v) : leading_(v.rank - 1) {
   for (int i = 0; i < leading_; ++i) {

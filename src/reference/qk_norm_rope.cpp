@@ -30,11 +30,6 @@ ConstTensorView table_rows(ConstTensorView table, std::int64_t seq_offset, std::
   return table;
 }
 
-detail::SequenceTensor contiguous_strides(const TensorView& v, Layout layout) {
-  const bool bshd = layout == Layout::BSHD;
-  return {v.strides[0], v.strides[bshd ? 1 : 2], v.strides[bshd ? 2 : 1], v.strides[3]};
-}
-
 detail::RopeProblem rope_problem(const ConstTensorView& in,
                                  const detail::SequenceTensor& in_strides, const TensorView& out,
                                  const detail::SequenceTensor& out_strides,
@@ -63,14 +58,15 @@ detail::RopeProblem rope_problem(const ConstTensorView& in,
 void norm_rope_forward(const detail::NormRopeForwardProblem& p) {
   const Intermediate normalized(p.x, p.y.dtype);
   qk_rmsnorm_forward({p.x, p.weight, normalized.view, p.norm, p.d});
-  multi_axis_rope(rope_problem(normalized.view, contiguous_strides(normalized.view, p.rope.layout),
-                               p.y, p.y_strides, p.cos, p.sin, p.seq_offset, p.rope, false, p.d));
+  multi_axis_rope(rope_problem(normalized.view,
+                               detail::sequence_strides(normalized.view, p.rope.layout), p.y,
+                               p.y_strides, p.cos, p.sin, p.seq_offset, p.rope, false, p.d));
 }
 
 void norm_rope_backward(const detail::NormRopeBackwardProblem& p) {
   const Intermediate g(p.dy, p.dy.dtype);
   multi_axis_rope(rope_problem(p.dy, p.dy_strides, g.view,
-                               contiguous_strides(g.view, p.rope.layout), p.cos, p.sin,
+                               detail::sequence_strides(g.view, p.rope.layout), p.cos, p.sin,
                                p.seq_offset, p.rope, true, p.d));
   qk_rmsnorm_backward({p.x, g.view, p.weight, p.dx, p.dw, p.norm, p.d});
 }
