@@ -40,6 +40,13 @@ namespace kernel_align::cpu {
 namespace {
 
 constexpr int kLanes = contract::kTreeLanes;
+
+// The per-chunk steps below take and return 16-lane values that must stay in
+// registers: a call that is not inlined passes them through memory, which made the
+// kernels several times slower (measured with g++ 12), so they are forced inline.
+#define KA_CHUNK_STEP [[gnu::always_inline]] inline
+// The same for the lambdas that produce and consume chunks (after the parameters).
+#define KA_CHUNK_LAMBDA __attribute__((always_inline))
 constexpr int kMaxRowChunks = kMaxRowLength / kLanes;
 static_assert(kMaxRowLength % (2 * kLanes) == 0);
 
@@ -160,51 +167,44 @@ bool chunk_aligned(const Elem* p) {
   return reinterpret_cast<std::uintptr_t>(p) % (sizeof(Elem) * kLanes) == 0;
 }
 
-// `convert(F)` gives what V::store writes for 16 elements of type Elem.
+// Chunk c of a row at dst, elements `step` apart; `convert(F)` gives what V::store
+// writes for 16 elements of type Elem.
 template <class V, class Elem, class Shape, class Convert>
-void store_chunks(const typename V::F* row, Shape shape, Elem* dst, std::int64_t step,
-                  bool streaming, const Convert& convert) {
-  const int full = shape.full_chunks();
+KA_CHUNK_STEP void store_chunk_as(typename V::F value, int c, Shape shape, Elem* dst,
+                                  std::int64_t step, bool streaming, const Convert& convert) {
+  const bool full = c < shape.full_chunks();
+  if (full && step == 1) {
+    Elem* p = dst + c * kLanes;
+    if (streaming && chunk_aligned(p)) {
+      V::stream(p, convert(value));
+    } else {
+      V::store(p, convert(value));
+    }
+    return;
+  }
   Elem chunk[kLanes];
-  if (step == 1) {
-    for (int c = 0; c < full; ++c) {
-      Elem* p = dst + c * kLanes;
-      if (streaming && chunk_aligned(p)) {
-        V::stream(p, convert(row[c]));
-      } else {
-        V::store(p, convert(row[c]));
-      }
-    }
-  } else {
-    for (int c = 0; c < full; ++c) {
-      V::store(chunk, convert(row[c]));
-      scatter(chunk, kLanes, dst + c * kLanes * step, step);
-    }
-  }
-  if (full < shape.chunks()) {
-    V::store(chunk, convert(row[full]));
-    scatter(chunk, shape.last_count(), dst + full * kLanes * step, step);
-  }
+  V::store(chunk, convert(value));
+  scatter(chunk, full ? kLanes : shape.last_count(), dst + c * kLanes * step, step);
 }
 
-// contract::store_output of elements [0, length) of a row; `streaming`: with
+// contract::store_output of chunk c of a row at t.data[offset]; `streaming`: with
 // non-temporal stores where the row allows (see streams_output).
 template <class V, class Shape>
-void store_row(const typename V::F* row, Shape shape, const RowOutput& t, std::int64_t offset,
-               bool streaming) {
+KA_CHUNK_STEP void store_chunk(typename V::F value, int c, Shape shape, const RowOutput& t,
+                               std::int64_t offset, bool streaming) {
   using F = typename V::F;
   switch (t.dtype) {
     case DType::F32:
-      store_chunks<V>(row, shape, static_cast<float*>(t.data) + offset, t.step, streaming,
-                      [](F v) { return V::canonical_nan(v); });
+      store_chunk_as<V>(value, c, shape, static_cast<float*>(t.data) + offset, t.step, streaming,
+                        [](F v) { return V::canonical_nan(v); });
       return;
     case DType::BF16:
-      store_chunks<V>(row, shape, static_cast<std::uint16_t*>(t.data) + offset, t.step, streaming,
-                      [](F v) { return V::to_bf16(V::canonical_nan(v)); });
+      store_chunk_as<V>(value, c, shape, static_cast<std::uint16_t*>(t.data) + offset, t.step,
+                        streaming, [](F v) { return V::to_bf16(V::canonical_nan(v)); });
       return;
     case DType::F16:
-      store_chunks<V>(row, shape, static_cast<std::uint16_t*>(t.data) + offset, t.step, streaming,
-                      [](F v) { return V::to_f16(V::canonical_nan(v)); });
+      store_chunk_as<V>(value, c, shape, static_cast<std::uint16_t*>(t.data) + offset, t.step,
+                        streaming, [](F v) { return V::to_f16(V::canonical_nan(v)); });
       return;
   }
 }
@@ -221,19 +221,18 @@ inline bool streams_output(const RowPlan& p) {
   return p.out.step == 1 && rows * p.d * element_bytes >= kStreamingMinBytes;
 }
 
-// contract::round_through of every element: the values a tensor of `dtype` would hold.
-template <class V, class Shape>
-void round_through_row(DType dtype, Shape shape, typename V::F* row) {
+// contract::round_through of 16 elements: the values a tensor of `dtype` would hold.
+template <class V>
+KA_CHUNK_STEP typename V::F round_through(DType dtype, typename V::F v) {
   switch (dtype) {
     case DType::F32:
-      return;
+      return v;
     case DType::BF16:
-      for (int c = 0; c < shape.chunks(); ++c) row[c] = V::round_bf16(V::canonical_nan(row[c]));
-      return;
+      return V::round_bf16(V::canonical_nan(v));
     case DType::F16:
-      for (int c = 0; c < shape.chunks(); ++c) row[c] = V::round_f16(row[c]);
-      return;
+      return V::round_f16(v);
   }
+  return v;
 }
 
 // The weight, or the contract's fp32 ones when there is none.
@@ -246,60 +245,66 @@ void load_weight(const NormParams& norm, Shape shape, typename V::F* weight) {
   }
 }
 
-// sums[i] = add(sums[i], terms_i) for the row's elements.
+// sums[16c + j] = add(sums[16c + j], lane j of terms) for the row's elements in chunk c.
 template <class V, class Shape>
-void add_row_to(float* sums, Shape shape, const typename V::F* terms) {
-  const int full = shape.full_chunks();
-  for (int c = 0; c < full; ++c) {
-    float* s = sums + c * kLanes;
-    V::store(s, V::add(V::load_f32(s), terms[c]));
+KA_CHUNK_STEP void add_chunk_to(float* sums, int c, Shape shape, typename V::F terms) {
+  float* s = sums + c * kLanes;
+  if (c < shape.full_chunks()) {
+    V::store(s, V::add(V::load_f32(s), terms));
+    return;
   }
-  if (full < shape.chunks()) {
-    float chunk[kLanes];
-    gather(sums + full * kLanes, 1, shape.last_count(), chunk);
-    V::store(chunk, V::add(V::load_f32(chunk), terms[full]));
-    scatter(chunk, shape.last_count(), sums + full * kLanes, 1);
-  }
+  float chunk[kLanes];
+  gather(s, 1, shape.last_count(), chunk);
+  V::store(chunk, V::add(V::load_f32(chunk), terms));
+  scatter(chunk, shape.last_count(), s, 1);
 }
 
 // ---- RMSNorm steps ---------------------------------------------------------------
-// They take a batch of kRows rows: each row's sums are chains of dependent adds in the
-// contract's order, and interleaving the chains of several rows lets them overlap.
+// A row is loaded whole (its sums need every element), then each output chunk is
+// computed and handed on as soon as its inputs are known: intermediate values stay in
+// registers instead of passing through a row buffer once per step.
+//
+// The sums take a batch of kRows rows: each row's sums are chains of dependent adds in
+// the contract's order, and interleaving the chains of several rows lets them overlap.
 
 template <class V, class Shape, int kRows>
 using RowBatch = typename V::F[kRows][Shape::kCapacity];
 
-// contract::rms_normalized of every element, in place.
-template <class V, class Shape>
-void normalize_row(const NormParams& norm, float rstd, Shape shape, typename V::F* x) {
-  const typename V::F r = V::broadcast(rstd);
-  for (int c = 0; c < shape.chunks(); ++c) x[c] = V::mul(x[c], r);
-  if (norm.mode == contract::NormMode::Diffusers) round_through_row<V>(norm.weight_dtype, shape, x);
+// contract::rms_normalized of 16 elements, r = the row's rstd in every lane.
+template <class V>
+KA_CHUNK_STEP typename V::F normalized(const NormParams& norm, typename V::F r, typename V::F x) {
+  const typename V::F n = V::mul(x, r);
+  return norm.mode == contract::NormMode::Diffusers ? round_through<V>(norm.weight_dtype, n) : n;
 }
 
-// contract::rms_forward of every element of the rows, in place.
+// contract::rms_forward of 16 elements.
+template <class V>
+KA_CHUNK_STEP typename V::F rms_forward(const NormParams& norm, typename V::F r, typename V::F x,
+                                        typename V::F weight) {
+  return V::mul(normalized<V>(norm, r, x), weight);
+}
+
+// contract::row_rstd of each row of the batch.
 template <class V, class Shape, int kRows>
-void rms_forward_rows(const NormParams& norm, const typename V::F* weight, Shape shape,
-                      RowBatch<V, Shape, kRows>& x) {
+void rms_rstd_rows(const NormParams& norm, Shape shape, const RowBatch<V, Shape, kRows>& x,
+                   float (&rstd)[kRows]) {
   typename V::F squares[kRows];
   for (auto& s : squares) s = V::zero();
   for (int c = 0; c < shape.chunks(); ++c) {
     for (int b = 0; b < kRows; ++b) squares[b] = V::add(squares[b], V::mul(x[b][c], x[b][c]));
   }
   for (int b = 0; b < kRows; ++b) {
-    const float rstd = contract::rms_rstd(V::tree_reduce(squares[b]), shape.length(), norm.eps);
-    normalize_row<V>(norm, rstd, shape, x[b]);
-    for (int c = 0; c < shape.chunks(); ++c) x[b][c] = V::mul(x[b][c], weight[c]);
+    rstd[b] = contract::rms_rstd(V::tree_reduce(squares[b]), shape.length(), norm.eps);
   }
 }
 
-// The rmsnorm backward of the rows with upstream gradients dy: dx, and when
-// dw_partial is not null each row's dw terms mul(dy_i, n_i) added into it, rows in
-// order.
-template <class V, class Shape, int kRows>
+// The rmsnorm backward of the rows with upstream gradients dy: calls
+// consume_dx(b, c, chunk c of row b's dx), and when dw_partial is not null adds each
+// row's dw terms mul(dy_i, n_i) into it, rows in order.
+template <class V, class Shape, int kRows, class ConsumeDx>
 void rms_backward_rows(const NormParams& norm, const typename V::F* weight, Shape shape,
                        const RowBatch<V, Shape, kRows>& x, const RowBatch<V, Shape, kRows>& dy,
-                       RowBatch<V, Shape, kRows>& dx, float* dw_partial) {
+                       float* dw_partial, const ConsumeDx& consume_dx) {
   using F = typename V::F;
   F squares[kRows];
   F dots[kRows];
@@ -316,17 +321,13 @@ void rms_backward_rows(const NormParams& norm, const typename V::F* weight, Shap
     const float rstd3 = contract::mul(contract::mul(rstd, rstd), rstd);
     const float coef = contract::mul(
         rstd3, contract::div(V::tree_reduce(dots[b]), static_cast<float>(shape.length())));
-    if (dw_partial != nullptr) {
-      // dx holds the terms for the moment.
-      for (int c = 0; c < shape.chunks(); ++c) dx[b][c] = x[b][c];
-      normalize_row<V>(norm, rstd, shape, dx[b]);
-      for (int c = 0; c < shape.chunks(); ++c) dx[b][c] = V::mul(dy[b][c], dx[b][c]);
-      add_row_to<V>(dw_partial, shape, dx[b]);
-    }
     const F r = V::broadcast(rstd);
     const F k = V::broadcast(coef);
     for (int c = 0; c < shape.chunks(); ++c) {
-      dx[b][c] = V::sub(V::mul(r, V::mul(dy[b][c], weight[c])), V::mul(x[b][c], k));
+      if (dw_partial != nullptr) {
+        add_chunk_to<V>(dw_partial, c, shape, V::mul(dy[b][c], normalized<V>(norm, r, x[b][c])));
+      }
+      consume_dx(b, c, V::sub(V::mul(r, V::mul(dy[b][c], weight[c])), V::mul(x[b][c], k)));
     }
   }
 }
@@ -399,33 +400,45 @@ const RotationTable<V, Shape>& table_for(const RopeParams& rope, std::int64_t ta
   return table;
 }
 
-// y = the rotation of x (y must not be x: partners are read from other chunks).
-// Lanes past the row's end are +0 in y when they are in x.
-template <class V, class Shape>
-void rotate_row(const RopeParams& rope, const RotationTable<V, Shape>& table, Shape shape,
-                const typename V::F* x, typename V::F* y) {
-  const auto rotate = [&](int c, typename V::F partner) {
-    y[c] = V::add(V::mul(x[c], table.cos[c]), V::mul(partner, table.sin[c]));
+// Calls consume(c, chunk c of the rotation of x) for every chunk of a row, where
+// produce(c) gives chunk c of x; each chunk is produced once. Lanes past the row's
+// end are +0 in the rotation when they are in x.
+template <class V, class Shape, class Produce, class Consume>
+KA_CHUNK_STEP void rotate_chunks(const RopeParams& rope, const RotationTable<V, Shape>& table,
+                                 Shape shape, const Produce& produce, const Consume& consume) {
+  using F = typename V::F;
+  const auto rotated = [&](int c, F x, F partner) KA_CHUNK_LAMBDA {
+    return V::add(V::mul(x, table.cos[c]), V::mul(partner, table.sin[c]));
   };
   const int d = shape.length();
   if (rope.interleaved) {
     // Pairs are adjacent lanes of one chunk (a row's length is even).
-    for (int c = 0; c < shape.chunks(); ++c) rotate(c, V::swap_pairs(x[c]));
-  } else if (d % (2 * kLanes) == 0) {
-    // The partner of chunk c is chunk c +- chunks/2.
-    const int half_chunks = shape.chunks() / 2;
     for (int c = 0; c < shape.chunks(); ++c) {
-      rotate(c, x[c < half_chunks ? c + half_chunks : c - half_chunks]);
+      const auto& x = produce(c);
+      consume(c, rotated(c, x, V::swap_pairs(x)));
+    }
+  } else if (d % (2 * kLanes) == 0) {
+    // The partner of chunk c is chunk c + chunks/2, and the other way round.
+    const int half_chunks = shape.chunks() / 2;
+    for (int c = 0; c < half_chunks; ++c) {
+      const auto& first = produce(c);
+      const auto& second = produce(c + half_chunks);
+      consume(c, rotated(c, first, second));
+      consume(c + half_chunks, rotated(c + half_chunks, second, first));
     }
   } else {
     // The row twice in a row: element i + d/2 of it is the partner of element i.
+    F x[Shape::kCapacity];
+    for (int c = 0; c < shape.chunks(); ++c) x[c] = produce(c);
     float twice[2 * kMaxRowLength + kLanes];
     for (int c = 0; c < shape.chunks(); ++c) V::store(twice + c * kLanes, x[c]);
     for (int c = 0; c < shape.chunks(); ++c) V::store(twice + d + c * kLanes, x[c]);
-    for (int c = 0; c < shape.chunks(); ++c) rotate(c, V::load_f32(twice + c * kLanes + d / 2));
-    // Lanes past the end read partners from the second copy.
     const int last = shape.chunks() - 1;
-    y[last] = V::keep_first(y[last], shape.last_count());
+    for (int c = 0; c < last; ++c)
+      consume(c, rotated(c, x[c], V::load_f32(twice + c * kLanes + d / 2)));
+    // Lanes past the end read partners from the second copy.
+    consume(last, V::keep_first(rotated(last, x[last], V::load_f32(twice + last * kLanes + d / 2)),
+                                shape.last_count()));
   }
 }
 
@@ -456,13 +469,20 @@ void rmsnorm_forward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t e
     for_row_batches<Shape>(begin, end, [&](auto batch) {
       constexpr int kRows = decltype(batch)::value;
       RowBatch<V, Shape, kRows> x;
-      std::int64_t y_offset[kRows];
+      std::int64_t y_offset[kRows] = {};
       for (int b = 0; b < kRows; ++b, row.next()) {
         load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
         y_offset[b] = row.offset(p.out.strides);
       }
-      rms_forward_rows<V>(p.norm, weight, shape, x);
-      for (int b = 0; b < kRows; ++b) store_row<V>(x[b], shape, p.out, y_offset[b], streaming);
+      float rstd[kRows];
+      rms_rstd_rows<V>(p.norm, shape, x, rstd);
+      for (int b = 0; b < kRows; ++b) {
+        const typename V::F r = V::broadcast(rstd[b]);
+        for (int c = 0; c < shape.chunks(); ++c) {
+          store_chunk<V>(rms_forward<V>(p.norm, r, x[b][c], weight[c]), c, shape, p.out,
+                         y_offset[b], streaming);
+        }
+      }
     });
   });
   if (streaming) V::stream_fence();
@@ -479,15 +499,17 @@ void rmsnorm_backward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t 
     RowWalk row(p.extents, begin);
     for_row_batches<Shape>(begin, end, [&](auto batch) {
       constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Shape, kRows> x, dy, dx;
-      std::int64_t dx_offset[kRows];
+      RowBatch<V, Shape, kRows> x, dy;
+      std::int64_t dx_offset[kRows] = {};
       for (int b = 0; b < kRows; ++b, row.next()) {
         load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
         load_row<V>(p.dy, row.offset(p.dy.strides), shape, dy[b]);
         dx_offset[b] = row.offset(p.out.strides);
       }
-      rms_backward_rows<V>(p.norm, weight, shape, x, dy, dx, dw_partial);
-      for (int b = 0; b < kRows; ++b) store_row<V>(dx[b], shape, p.out, dx_offset[b], streaming);
+      rms_backward_rows<V>(p.norm, weight, shape, x, dy, dw_partial,
+                           [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
+                             store_chunk<V>(dx, c, shape, p.out, dx_offset[b], streaming);
+                           });
     });
   });
   if (streaming) V::stream_fence();
@@ -500,13 +522,16 @@ void rope_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end, float*)
     using Shape = decltype(shape);
     RotationTable<V, Shape> table;
     typename V::F x[Shape::kCapacity];
-    typename V::F y[Shape::kCapacity];
     RowWalk row(p.extents, begin);
     for (std::int64_t r = begin; r < end; ++r, row.next()) {
       const std::int64_t table_row = p.rope.seq_offset + row.index(p.rope.seq_dim);
+      const std::int64_t y_offset = row.offset(p.out.strides);
       load_row<V>(p.x, row.offset(p.x.strides), shape, x);
-      rotate_row<V>(p.rope, table_for<V>(p.rope, table_row, shape, table), shape, x, y);
-      store_row<V>(y, shape, p.out, row.offset(p.out.strides), streaming);
+      rotate_chunks<V>(
+          p.rope, table_for<V>(p.rope, table_row, shape, table), shape,
+          [&](int c) KA_CHUNK_LAMBDA -> const typename V::F& { return x[c]; },
+          [&](int c, typename V::F y)
+              KA_CHUNK_LAMBDA { store_chunk<V>(y, c, shape, p.out, y_offset, streaming); });
     }
   });
   if (streaming) V::stream_fence();
@@ -526,18 +551,23 @@ void norm_rope_forward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t
       constexpr int kRows = decltype(batch)::value;
       RowBatch<V, Shape, kRows> x;
       std::int64_t table_row[kRows];
-      std::int64_t y_offset[kRows];
+      std::int64_t y_offset[kRows] = {};
       for (int b = 0; b < kRows; ++b, row.next()) {
         load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
         table_row[b] = p.rope.seq_offset + row.index(p.rope.seq_dim);
         y_offset[b] = row.offset(p.out.strides);
       }
-      rms_forward_rows<V>(p.norm, weight, shape, x);
+      float rstd[kRows];
+      rms_rstd_rows<V>(p.norm, shape, x, rstd);
       for (int b = 0; b < kRows; ++b) {
-        typename V::F y[Shape::kCapacity];
-        round_through_row<V>(p.out.dtype, shape, x[b]);
-        rotate_row<V>(p.rope, table_for<V>(p.rope, table_row[b], shape, table), shape, x[b], y);
-        store_row<V>(y, shape, p.out, y_offset[b], streaming);
+        const typename V::F r = V::broadcast(rstd[b]);
+        rotate_chunks<V>(
+            p.rope, table_for<V>(p.rope, table_row[b], shape, table), shape,
+            [&](int c) KA_CHUNK_LAMBDA {
+              return round_through<V>(p.out.dtype, rms_forward<V>(p.norm, r, x[b][c], weight[c]));
+            },
+            [&](int c, typename V::F y)
+                KA_CHUNK_LAMBDA { store_chunk<V>(y, c, shape, p.out, y_offset[b], streaming); });
       }
     });
   });
@@ -558,18 +588,24 @@ void norm_rope_backward_kernel(const RowPlan& p, std::int64_t begin, std::int64_
     RowWalk row(p.extents, begin);
     for_row_batches<Shape>(begin, end, [&](auto batch) {
       constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Shape, kRows> x, g, dx;
-      std::int64_t dx_offset[kRows];
+      RowBatch<V, Shape, kRows> x, g;
+      std::int64_t dx_offset[kRows] = {};
       for (int b = 0; b < kRows; ++b, row.next()) {
         const std::int64_t table_row = p.rope.seq_offset + row.index(p.rope.seq_dim);
+        typename V::F dy[Shape::kCapacity];
         load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
-        load_row<V>(p.dy, row.offset(p.dy.strides), shape, dx[b]);
-        rotate_row<V>(p.rope, table_for<V>(p.rope, table_row, shape, table), shape, dx[b], g[b]);
-        round_through_row<V>(p.dy.dtype, shape, g[b]);
+        load_row<V>(p.dy, row.offset(p.dy.strides), shape, dy);
+        rotate_chunks<V>(
+            p.rope, table_for<V>(p.rope, table_row, shape, table), shape,
+            [&](int c) KA_CHUNK_LAMBDA -> const typename V::F& { return dy[c]; },
+            [&](int c, typename V::F y)
+                KA_CHUNK_LAMBDA { g[b][c] = round_through<V>(p.dy.dtype, y); });
         dx_offset[b] = row.offset(p.out.strides);
       }
-      rms_backward_rows<V>(p.norm, weight, shape, x, g, dx, dw_partial);
-      for (int b = 0; b < kRows; ++b) store_row<V>(dx[b], shape, p.out, dx_offset[b], streaming);
+      rms_backward_rows<V>(p.norm, weight, shape, x, g, dw_partial,
+                           [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
+                             store_chunk<V>(dx, c, shape, p.out, dx_offset[b], streaming);
+                           });
     });
   });
   if (streaming) V::stream_fence();
