@@ -27,6 +27,7 @@
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/positions.hpp"
+#include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 #include "kernel_align/tables.hpp"
 
@@ -155,9 +156,9 @@ std::vector<int> thread_counts() {
 // Selects the path and thread count; throws what the library throws.
 void select(const Path& path, int threads) {
   if (path.reference) {
-    set_backend(Backend::Reference);
+    set_backend("reference");
   } else {
-    set_backend(Backend::Cpu);
+    set_backend("simd");
     set_isa(path.isa);
     set_num_threads(threads);
   }

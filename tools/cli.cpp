@@ -1,18 +1,24 @@
 #include "cli.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <ostream>
 #include <string_view>
 
 #include "commands.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
+#include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 #include "messages.hpp"
 #include "run.hpp"
 #include "tensor_io.hpp"
+#include "trace_diff.hpp"
+#include "verify.hpp"
 
 namespace kernel_align::cli {
 namespace {
@@ -20,9 +26,10 @@ namespace {
 constexpr std::string_view kApply = "apply";
 
 const std::vector<Command>& commands() {
-  static const std::vector<Command> all{positions_command(),       tables_command(),
-                                        rmsnorm_forward_command(), rmsnorm_backward_command(),
-                                        rope_forward_command(),    rope_backward_command()};
+  static const std::vector<Command> all{backends_command(),         positions_command(),
+                                        tables_command(),           rmsnorm_forward_command(),
+                                        rmsnorm_backward_command(), rope_forward_command(),
+                                        rope_backward_command()};
   return all;
 }
 
@@ -42,7 +49,9 @@ std::string command_words(bool apply_operations) {
     if (apply_operations != is_apply) continue;
     words.emplace_back(apply_operations ? name.substr(kApply.size() + 1) : name);
   }
-  if (!apply_operations) words.insert(words.end(), {std::string(kApply), "run", "help"});
+  if (!apply_operations) {
+    words.insert(words.end(), {std::string(kApply), "run", "trace", "verify", "help"});
+  }
   std::string joined;
   for (const std::string& w : words) joined += (joined.empty() ? "" : ", ") + w;
   return joined;
@@ -63,14 +72,30 @@ void print_run_usage(std::ostream& out) {
          "the fp64 oracle, and a batch-invariance check\n";
 }
 
+void print_trace_usage(std::ostream& out) {
+  out << "usage: kernel-align trace " << kTraceSynopsis
+      << "\n  compares two trace files (docs/trace.md) call by call: exit 0 when identical, 1 "
+         "at the first divergence\n";
+}
+
+void print_verify_usage(std::ostream& out) {
+  out << "usage: kernel-align verify " << kVerifySynopsis
+      << "\n  the conformance matrix: every CPU backend and ISA path against the reference, "
+         "byte for byte, with batch and thread-count invariance (docs/verify.md); exit 1 on any "
+         "FAIL\n";
+}
+
 void print_help(std::ostream& out) {
   out << version_line() << ": bitwise-reproducible QK RMSNorm and multi-axis RoPE\n\n";
   for (const Command& c : commands()) print_usage(out, c);
   print_run_usage(out);
+  print_trace_usage(out);
+  print_verify_usage(out);
   out << "usage: kernel-align --help | help [COMMAND] | --version\n\n"
-         "Every command also takes --backend cpu|reference, --isa portable|avx2|avx512 and\n"
+         "Every command also takes --backend simd|reference, --isa portable|avx2|avx512 and\n"
          "--threads N (or KERNEL_ALIGN_BACKEND, KERNEL_ALIGN_ISA, KERNEL_ALIGN_NUM_THREADS):\n"
-         "they change the speed, never the bytes.\n\n"
+         "they change the speed, never the bytes. KERNEL_ALIGN_STRICT=1 turns fallbacks into\n"
+         "errors; KERNEL_ALIGN_TRACE=FILE.jsonl writes one record per call (docs/trace.md).\n\n"
          "Arrays are .npy files: fp32 '<f4', fp16 '<f2', bf16 '<u2' (bit patterns), int32 '<i4'.\n"
          "A bad argument exits with status 2 and one line on stderr; no output is written.\n";
 }
@@ -80,7 +105,7 @@ bool asks_for_help(const std::vector<std::string>& tokens) {
                      [](const std::string& t) { return t == "--help" || t == "-h"; });
 }
 
-// --backend cpu|reference, --isa portable|avx2|avx512 and --threads N may stand
+// --backend NAME, --isa portable|avx2|avx512 and --threads N may stand
 // anywhere on the line: they choose how every command computes, never what.
 std::vector<std::string> apply_runtime_flags(const std::vector<std::string>& args) {
   std::vector<std::string> rest;
@@ -93,8 +118,7 @@ std::vector<std::string> apply_runtime_flags(const std::vector<std::string>& arg
     if (i + 1 == args.size()) throw Error(flag, "a value", "none");
     const std::string& value = args[++i];
     if (flag == "--backend") {
-      set_backend(parse_choice<Backend>(
-          flag, value, {{"cpu", Backend::Cpu}, {"reference", Backend::Reference}}));
+      call_library({{"backend", "--backend"}}, [&] { set_backend(value); });
     } else if (flag == "--isa") {
       const Isa isa = parse_choice<Isa>(
           flag, value, {{"portable", Isa::Portable}, {"avx2", Isa::Avx2}, {"avx512", Isa::Avx512}});
@@ -131,6 +155,23 @@ int dispatch(const std::vector<std::string>& all_args, std::ostream& out) {
       return kExitOk;
     }
     return run_main_job(tokens);
+  }
+  if (first == "trace") {
+    const std::vector<std::string> tokens(args.begin() + 1, args.end());
+    if (asks_for_help(tokens)) {
+      print_trace_usage(out);
+      return kExitOk;
+    }
+    return run_trace_command(tokens, out);
+  }
+  if (first == "verify") {
+    const std::vector<std::string> tokens(args.begin() + 1, args.end());
+    if (asks_for_help(tokens)) {
+      print_verify_usage(out);
+      return kExitOk;
+    }
+    // The progress goes to the process's stderr, rewritten in place on a terminal.
+    return run_verify(tokens, out, std::cerr, ::isatty(STDERR_FILENO) == 1);
   }
 
   // `apply` takes the operation as a second word.

@@ -16,6 +16,7 @@ struct Command {
   void (*run)(const Args& args);
 };
 
+Command backends_command();
 Command positions_command();
 Command tables_command();
 Command rmsnorm_forward_command();

@@ -18,21 +18,24 @@
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/positions.hpp"
+#include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 #include "kernel_align/tables.hpp"
 #include "oracle/oracle.hpp"
+#include "random_inputs.hpp"
 #include "tensor_io.hpp"
 
 namespace kernel_align::cli {
 namespace {
 
-constexpr std::array<FlagSpec, 7> kRunFlags{{{"--image", true},
+constexpr std::array<FlagSpec, 8> kRunFlags{{{"--image", true},
                                              {"--text-len"},
                                              {"--heads"},
                                              {"--dtype"},
                                              {"--layout"},
                                              {"--seed"},
-                                             {"--batch"}}};
+                                             {"--batch"},
+                                             {"--trace"}}};
 constexpr int kHeadDim = 128;  // Qwen-Image; the sum of the default axes 16 + 56 + 56
 
 struct JobConfig {
@@ -41,6 +44,7 @@ struct JobConfig {
   DType dtype = DType::BF16;
   std::uint64_t seed = 42;
   std::int64_t batch = 4;  // the batch the invariance check puts the sample into
+  std::string trace;       // trace file, "" for none
 };
 
 JobConfig parse_config(const std::vector<std::string>& tokens) {
@@ -60,35 +64,8 @@ JobConfig parse_config(const std::vector<std::string>& tokens) {
   c.seed = parse_int<std::uint64_t>("--seed", args.optional("--seed").value_or("42"));
   c.batch = parse_int<std::int64_t>("--batch", args.optional("--batch").value_or("4"));
   if (c.batch < 2) throw Error("--batch", "a batch size >= 2", std::to_string(c.batch));
+  c.trace = args.optional("--trace").value_or("");
   return c;
-}
-
-// splitmix64: a fixed, platform-independent stream.
-class Random {
- public:
-  explicit Random(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [lo, lo + 2^k) from 24 random bits; every step is exact in fp32.
-  float uniform(float lo, float width) {
-    return lo + width * (static_cast<float>(next() >> 40) * 0x1p-24f);
-  }
-
- private:
-  std::uint64_t state_;
-};
-
-NpyArray random_tensor(Random& random, DType dtype, std::vector<std::int64_t> shape, float lo,
-                       float width) {
-  NpyArray a = make_npy_array(npy_type_of(dtype), std::move(shape));
-  for (std::int64_t i = 0; i < a.numel(); ++i) {
-    contract::store_output(dtype, a.data.data(), i, random.uniform(lo, width));
-  }
-  return a;
 }
 
 std::vector<double> widened(const ConstTensorView& v) {
@@ -206,6 +183,16 @@ NpyArray batch_around(const NpyArray& sample, Random& random, DType dtype, std::
   return b;
 }
 
+// Which backend the last call ran on, and why that one.
+std::string backend_choice() {
+  const CallReport call = last_call();
+  std::string line = call.backend + " (isa " + call.isa + ", " + std::to_string(num_threads()) +
+                     " threads allowed): ";
+  if (!call.fallback.empty()) return line + "FALLBACK from " + call.fallback;
+  if (!backend_override().empty()) return line + "forced by --backend or KERNEL_ALIGN_BACKEND";
+  return line + "first choice of the cpu registry list";
+}
+
 class Clock {
  public:
   double lap_ms() {
@@ -230,8 +217,19 @@ int run_main_job(const std::vector<std::string>& tokens) {
   const bool diffusers = config.positions.layout == PositionLayout::Diffusers;
   Clock clock;
 
-  std::printf("kernel-align run (%s): backend %s, isa %s, %d threads\n", contract::kVersionString,
-              backend_name(backend()), isa_name(isa()), num_threads());
+  std::string order;
+  for (const RegistryRow& row : registry_table()) {
+    if (row.platform != Platform::Cpu || row.op != OpType::QkNormRope) continue;
+    for (const BackendStatus& b : row.backends) order += (order.empty() ? "" : ", ") + b.name;
+  }
+  const std::string forced = backend_override();
+  std::printf("kernel-align run (%s): cpu backends in order: %s%s; isa %s, %d threads%s\n",
+              contract::kVersionString, order.c_str(),
+              forced.empty() ? "" : (" (" + forced + " forced)").c_str(), isa_name(isa()),
+              num_threads(), strict() ? ", strict" : "");
+  if (!config.trace.empty()) {
+    call_library({{"trace", "--trace"}}, [&] { set_trace_path(config.trace); });
+  }
   const std::vector<Position> positions = build_positions(config.positions);
   const auto seq = static_cast<std::int64_t>(positions.size());
   std::string grids;
@@ -282,6 +280,7 @@ int run_main_job(const std::vector<std::string>& tokens) {
   std::printf("  [3/6] q, k: qk_rmsnorm (%s%s) then multi_axis_rope (%s, bshd) %9.1f ms\n",
               norm_mode_name(stage.mode), diffusers ? ", text/image weights" : ", no weight",
               pairing_name(stage.rope.pairing), clock.lap_ms());
+  std::printf("        ran on %s\n", backend_choice().c_str());
 
   OracleVerdict verdict;
   for (const Sample& s : samples)
@@ -315,6 +314,15 @@ int run_main_job(const std::vector<std::string>& tokens) {
       static_cast<long long>(slot), static_cast<long long>(config.batch),
       invariant ? "PASS" : "FAIL", clock.lap_ms());
   const bool pass = oracle_pass && fused_equal && invariant;
+  if (!config.trace.empty()) {
+    set_trace_path("");
+    std::printf("  trace: one record per call in %s (compare runs with kernel-align trace diff)\n",
+                config.trace.c_str());
+  }
+  if (fallback_count() > 0) {
+    std::printf("  %llu call(s) fell back to another backend (see the warning above)\n",
+                static_cast<unsigned long long>(fallback_count()));
+  }
   std::printf("  total %.2f s: %s\n", clock.total_s(), pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
 }

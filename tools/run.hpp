@@ -14,6 +14,6 @@ int run_main_job(const std::vector<std::string>& args);
 // Its flags, as `kernel-align run --help` and the main help show them.
 inline constexpr std::string_view kRunSynopsis =
     "[--image WxH ...] [--text-len 256] [--heads 24] [--dtype bf16|fp16|fp32] "
-    "[--layout diffusers|seed] [--seed 42] [--batch 4]";
+    "[--layout diffusers|seed] [--seed 42] [--batch 4] [--trace FILE.jsonl]";
 
 }  // namespace kernel_align::cli

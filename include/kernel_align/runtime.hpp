@@ -1,14 +1,10 @@
-// Which code runs an op, and on how many threads. Every choice gives the same
-// bytes (docs/contract.md); these controls exist for speed, for tests and for
-// users who pin behaviour.
+// How the CPU's `simd` backend runs: its instruction-set path and thread count.
+// Every choice gives the same bytes (docs/contract.md); these controls exist for
+// speed, for tests and for users who pin behaviour. Which backend runs a call is
+// the registry's choice (registry.hpp).
 #pragma once
 
 namespace kernel_align {
-
-enum class Backend : unsigned char {
-  Cpu,        // SIMD paths and the thread pool (the default)
-  Reference,  // the scalar reference, single-threaded
-};
 
 // Instruction-set paths of the CPU backend, lowest first.
 enum class Isa : unsigned char {
@@ -17,12 +13,7 @@ enum class Isa : unsigned char {
   Avx512,    // AVX-512 F/BW/VL (+ the BF16 conversion instruction where present)
 };
 
-const char* backend_name(Backend b);
 const char* isa_name(Isa i);
-
-// Backend for later calls. Default: Cpu, or KERNEL_ALIGN_BACKEND=cpu|reference.
-void set_backend(Backend b);
-Backend backend();
 
 // The best path this CPU and build support.
 Isa best_isa();

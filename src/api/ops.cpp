@@ -1,66 +1,179 @@
-// Public entry points: validate, then run the chosen backend (runtime.hpp) under
-// the contract's floating-point environment.
+// Public entry points: validate, let the registry choose a backend, run it under the
+// contract's floating-point environment, and write the trace record when tracing.
 #include "kernel_align/ops.hpp"
+
+#include <bit>
+#include <cstdint>
 
 #include "api/float_env.hpp"
 #include "api/problems.hpp"
-#include "cpu/cpu_backend.hpp"
 #include "kernel_align/contract/convert.hpp"
-#include "kernel_align/runtime.hpp"
-#include "reference/reference.hpp"
+#include "registry/registry.hpp"
+#include "trace/trace.hpp"
 
 namespace kernel_align {
 namespace {
 
-// Runs `cpu` or `reference` on the problem, whichever backend is selected.
-template <class Problem, class Cpu, class Reference>
-void run_backend(const Problem& problem, const Cpu& cpu, const Reference& reference) {
-  const bool use_cpu = backend() == Backend::Cpu;
-  const detail::ContractFloatEnvironment env;
-  if (use_cpu) {
-    cpu(problem);
-  } else {
-    reference(problem);
+using registry::BackendOps;
+using trace::CallDescription;
+using trace::TensorArg;
+using trace::TensorArgs;
+
+// The registry's view of a call.
+registry::Call call_of(const CallDescription& d, int head_dim) {
+  registry::Call call;
+  call.op = d.op;
+  call.direction = d.direction;
+  call.d = head_dim;
+  call.has_layout = d.layout.has_value();
+  call.layout = d.layout.value_or(Layout::BSHD);
+  call.has_pairing = d.pairing.has_value();
+  call.pairing = d.pairing.value_or(Pairing::Interleaved);
+  call.has_mode = d.mode.has_value();
+  call.mode = d.mode.value_or(NormMode::Single);
+  std::uintptr_t addresses = 0;
+  for (const TensorArg& t : d.tensors) {
+    call.dtype_set |= 1u << static_cast<unsigned>(t.view.dtype);
+    call.rows_contiguous = call.rows_contiguous && t.view.strides[t.view.rank - 1] == 1;
+    addresses |= reinterpret_cast<std::uintptr_t>(t.view.data);
   }
+  // The largest power of two dividing every address.
+  constexpr std::size_t kPage = 4096;
+  call.alignment = addresses == 0 ? kPage : std::size_t{1} << std::countr_zero(addresses);
+  return call;
+}
+
+// Chooses the backend, runs its `entry` on the problem (then `after`, still inside the
+// contract's floating-point environment), and traces the call.
+template <class Problem, class Entry, class After>
+void run(const CallDescription& description, int head_dim, const Problem& problem,
+         Entry BackendOps::*entry, const After& after) {
+  const registry::Choice choice = registry::choose(call_of(description, head_dim));
+  registry::Execution exec;
+  trace::FloatState float_state;
+  {
+    const detail::ContractFloatEnvironment env;
+    float_state = trace::read_float_state();
+    (choice.backend->ops.*entry)(problem, exec);
+    after();
+  }
+  registry::set_last_call(
+      {choice.requested->name, choice.backend->name, exec.isa, choice.fallback});
+  if (trace::enabled()) trace::write(description, choice, exec, float_state);
+}
+
+template <class Problem, class Entry>
+void run(const CallDescription& description, int head_dim, const Problem& problem,
+         Entry BackendOps::*entry) {
+  run(description, head_dim, problem, entry, [] {});
+}
+
+CallDescription describe(OpType op, Direction direction, DType output_dtype) {
+  CallDescription d;
+  d.op = op;
+  d.direction = direction;
+  d.output_dtype = output_dtype;
+  return d;
+}
+
+CallDescription describe_rmsnorm(Direction direction, DType output_dtype,
+                                 const RmsNormOptions& options) {
+  CallDescription d = describe(OpType::QkRmsNorm, direction, output_dtype);
+  d.mode = options.mode;
+  d.eps = options.eps;
+  return d;
+}
+
+CallDescription describe_rope(Direction direction, DType output_dtype, const RopeOptions& options) {
+  CallDescription d = describe(OpType::MultiAxisRope, direction, output_dtype);
+  d.layout = options.layout;
+  d.pairing = options.pairing;
+  return d;
+}
+
+CallDescription describe_fused(Direction direction, DType output_dtype,
+                               const QkNormRopeOptions& options) {
+  CallDescription d = describe(OpType::QkNormRope, direction, output_dtype);
+  d.layout = options.layout;
+  d.pairing = options.pairing;
+  d.mode = options.mode;
+  d.eps = options.eps;
+  d.text_len = options.text_len;
+  return d;
+}
+
+void add_weights(TensorArgs& tensors, const QkNormWeights& w) {
+  tensors.add("weight_text_q", w.text_q, false);
+  tensors.add("weight_text_k", w.text_k, false);
+  tensors.add("weight_image_q", w.image_q, false);
+  tensors.add("weight_image_k", w.image_k, false);
 }
 
 }  // namespace
 
 void qk_rmsnorm_forward(const ConstTensorView& x, const std::optional<ConstTensorView>& weight,
                         const TensorView& y, const RmsNormOptions& options) {
-  run_backend(detail::make_rmsnorm_forward(x, weight, y, options), cpu::qk_rmsnorm_forward,
-              reference::qk_rmsnorm_forward);
+  const auto problem = detail::make_rmsnorm_forward(x, weight, y, options);
+  CallDescription d = describe_rmsnorm(Direction::Forward, y.dtype, options);
+  d.tensors.add("x", x, false);
+  d.tensors.add("weight", weight, false);
+  d.tensors.add("y", y, true);
+  run(d, problem.d, problem, &BackendOps::rmsnorm_forward);
 }
 
 void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
                          const std::optional<ConstTensorView>& weight, const TensorView& dx,
                          const std::optional<TensorView>& dw, const RmsNormOptions& options) {
-  run_backend(detail::make_rmsnorm_backward(x, dy, weight, dx, dw, options),
-              cpu::qk_rmsnorm_backward, reference::qk_rmsnorm_backward);
+  const auto problem = detail::make_rmsnorm_backward(x, dy, weight, dx, dw, options);
+  CallDescription d = describe_rmsnorm(Direction::Backward, dx.dtype, options);
+  d.tensors.add("x", x, false);
+  d.tensors.add("dy", dy, false);
+  d.tensors.add("weight", weight, false);
+  d.tensors.add("dx", dx, true);
+  d.tensors.add("dw", problem.dw, true);
+  d.computes_dw = problem.dw.has_value();
+  run(d, problem.d, problem, &BackendOps::rmsnorm_backward);
 }
 
 void multi_axis_rope_forward(const ConstTensorView& x, const ConstTensorView& cos,
                              const ConstTensorView& sin, const TensorView& y,
                              const RopeOptions& options) {
-  run_backend(detail::make_rope(x, cos, sin, y, options, false, "x", "y"), cpu::multi_axis_rope,
-              reference::multi_axis_rope);
+  const auto problem = detail::make_rope(x, cos, sin, y, options, false, "x", "y");
+  CallDescription d = describe_rope(Direction::Forward, y.dtype, options);
+  d.tensors.add("x", x, false);
+  d.tensors.add("cos", cos, false);
+  d.tensors.add("sin", sin, false);
+  d.tensors.add("y", y, true);
+  run(d, problem.d, problem, &BackendOps::rope);
 }
 
 void multi_axis_rope_backward(const ConstTensorView& dy, const ConstTensorView& cos,
                               const ConstTensorView& sin, const TensorView& dx,
                               const RopeOptions& options) {
-  run_backend(detail::make_rope(dy, cos, sin, dx, options, true, "dy", "dx"), cpu::multi_axis_rope,
-              reference::multi_axis_rope);
+  const auto problem = detail::make_rope(dy, cos, sin, dx, options, true, "dy", "dx");
+  CallDescription d = describe_rope(Direction::Backward, dx.dtype, options);
+  d.tensors.add("dy", dy, false);
+  d.tensors.add("cos", cos, false);
+  d.tensors.add("sin", sin, false);
+  d.tensors.add("dx", dx, true);
+  run(d, problem.d, problem, &BackendOps::rope);
 }
 
 void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
                           const QkNormWeights& weights, const ConstTensorView& cos,
                           const ConstTensorView& sin, const TensorView& q_out,
                           const TensorView& k_out, const QkNormRopeOptions& options) {
-  run_backend(detail::make_qk_norm_rope_forward(q, k, weights, cos, sin, q_out, k_out, options),
-              cpu::qk_norm_rope_forward, [](const detail::QkNormRopeForwardProblem& p) {
-                for (const auto& stream : p.streams) reference::norm_rope_forward(stream);
-              });
+  const auto problem =
+      detail::make_qk_norm_rope_forward(q, k, weights, cos, sin, q_out, k_out, options);
+  CallDescription d = describe_fused(Direction::Forward, q_out.dtype, options);
+  d.tensors.add("q", q, false);
+  d.tensors.add("k", k, false);
+  add_weights(d.tensors, weights);
+  d.tensors.add("cos", cos, false);
+  d.tensors.add("sin", sin, false);
+  d.tensors.add("q_out", q_out, true);
+  d.tensors.add("k_out", k_out, true);
+  run(d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_forward);
 }
 
 void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
@@ -71,14 +184,32 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
                            const QkNormRopeOptions& options) {
   const auto problem = detail::make_qk_norm_rope_backward(q, k, dq_out, dk_out, weights, cos, sin,
                                                           dq, dk, weight_grads, options);
-  run_backend(problem, cpu::qk_norm_rope_backward, [](const detail::QkNormRopeBackwardProblem& p) {
-    for (const auto& stream : p.streams) reference::norm_rope_backward(stream);
-  });
-  for (const TensorView& dw : problem.empty_stream_grads) {
-    for (std::int64_t i = 0; i < dw.shape[0]; ++i) {
-      contract::store_output(dw.dtype, dw.data, i * dw.strides[0], 0.0f);
+  CallDescription d = describe_fused(Direction::Backward, dq.dtype, options);
+  d.tensors.add("q", q, false);
+  d.tensors.add("k", k, false);
+  d.tensors.add("dq_out", dq_out, false);
+  d.tensors.add("dk_out", dk_out, false);
+  add_weights(d.tensors, weights);
+  d.tensors.add("cos", cos, false);
+  d.tensors.add("sin", sin, false);
+  d.tensors.add("dq", dq, true);
+  d.tensors.add("dk", dk, true);
+  d.tensors.add("dw_text_q", weight_grads.text_q, true);
+  d.tensors.add("dw_text_k", weight_grads.text_k, true);
+  d.tensors.add("dw_image_q", weight_grads.image_q, true);
+  d.tensors.add("dw_image_k", weight_grads.image_k, true);
+  d.computes_dw =
+      weight_grads.text_q || weight_grads.text_k || weight_grads.image_q || weight_grads.image_k;
+  // Weight gradients of streams with no rows are +0 (no backend sees those streams).
+  const auto zero_empty_stream_grads = [&] {
+    for (const TensorView& dw : problem.empty_stream_grads) {
+      for (std::int64_t i = 0; i < dw.shape[0]; ++i) {
+        contract::store_output(dw.dtype, dw.data, i * dw.strides[0], 0.0f);
+      }
     }
-  }
+  };
+  run(d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_backward,
+      zero_empty_stream_grads);
 }
 
 const char* pairing_name(Pairing p) {

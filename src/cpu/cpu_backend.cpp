@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "api/float_env.hpp"
@@ -23,26 +24,39 @@ int threads_for(std::int64_t rows, int d) {
   return static_cast<int>(std::min<std::int64_t>(num_threads(), by_size));
 }
 
-// Calls kernel(range) over [0, rows) in contiguous ranges, one per thread.
+using Partition = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+// Calls kernel(range) over [0, rows) in contiguous ranges, one per thread, and
+// records the ranges in exec.
 template <class Kernel>
-void for_rows(std::int64_t rows, int d, const Kernel& kernel) {
+void for_rows(std::int64_t rows, int d, registry::Execution& exec, const Kernel& kernel) {
   const int threads = threads_for(rows, d);
+  Partition& ranges = exec.partition.emplace_back();
+  for (int t = 0; t < threads; ++t)
+    ranges.emplace_back(rows * t / threads, rows * (t + 1) / threads);
   ThreadPool::instance().run(threads, threads, [&](std::int64_t t) {
     const detail::ContractFloatEnvironment env;  // pool threads too, whatever they inherited
-    kernel(RowRange{rows * t / threads, rows * (t + 1) / threads});
+    const auto& [begin, end] = ranges[static_cast<std::size_t>(t)];
+    kernel(RowRange{begin, end});
   });
 }
 
 // The contract's dw: kDwBlocks block sums over the rows (blocks shared out to the
 // threads), then added in block order. `kernel(range, partial)` adds each row's
 // terms into partial[0..d) in row order. The 64 x d scratch is kept per thread.
+// exec records the blocks' row ranges.
 template <class Kernel>
-void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, const Kernel& kernel) {
+void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Execution& exec,
+                   const Kernel& kernel) {
   thread_local std::vector<float> partials;
   partials.assign(static_cast<std::size_t>(contract::kDwBlocks) * static_cast<std::size_t>(d),
                   0.0f);
   float* const base = partials.data();
   const int threads = std::min(threads_for(rows, d), contract::kDwBlocks);
+  Partition& blocks = exec.partition.emplace_back();
+  for (int b = 0; b < contract::kDwBlocks; ++b) {
+    blocks.emplace_back(contract::dw_block_begin(rows, b), contract::dw_block_begin(rows, b + 1));
+  }
   ThreadPool::instance().run(threads, contract::kDwBlocks, [&](std::int64_t block) {
     const detail::ContractFloatEnvironment env;
     const auto b = static_cast<int>(block);
@@ -60,47 +74,51 @@ std::int64_t rows_of(const ConstTensorView& v) {
   return v.numel() / v.shape[v.rank - 1];
 }
 
-const Kernels& active() {
-  return kernels(isa());
+// The kernels of the selected path, noted in exec with the thread count.
+const Kernels& active(registry::Execution& exec) {
+  const Isa path = isa();
+  exec.isa = isa_name(path);
+  exec.threads = num_threads();
+  return kernels(path);
 }
 
 }  // namespace
 
-void qk_rmsnorm_forward(const detail::RmsNormForwardProblem& p) {
-  const Kernels& k = active();
-  for_rows(rows_of(p.x), p.d, [&](RowRange r) { k.rmsnorm_forward(p, r); });
+void qk_rmsnorm_forward(const detail::RmsNormForwardProblem& p, registry::Execution& exec) {
+  const Kernels& k = active(exec);
+  for_rows(rows_of(p.x), p.d, exec, [&](RowRange r) { k.rmsnorm_forward(p, r); });
 }
 
-void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p) {
-  const Kernels& k = active();
+void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p, registry::Execution& exec) {
+  const Kernels& k = active(exec);
   if (p.dw) {
-    for_dw_blocks(rows_of(p.x), p.d, *p.dw,
+    for_dw_blocks(rows_of(p.x), p.d, *p.dw, exec,
                   [&](RowRange r, float* partial) { k.rmsnorm_backward(p, r, partial); });
   } else {
-    for_rows(rows_of(p.x), p.d, [&](RowRange r) { k.rmsnorm_backward(p, r, nullptr); });
+    for_rows(rows_of(p.x), p.d, exec, [&](RowRange r) { k.rmsnorm_backward(p, r, nullptr); });
   }
 }
 
-void multi_axis_rope(const detail::RopeProblem& p) {
-  const Kernels& k = active();
-  for_rows(rows_of(p.in), p.d, [&](RowRange r) { k.rope(p, r); });
+void multi_axis_rope(const detail::RopeProblem& p, registry::Execution& exec) {
+  const Kernels& k = active(exec);
+  for_rows(rows_of(p.in), p.d, exec, [&](RowRange r) { k.rope(p, r); });
 }
 
-void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p) {
-  const Kernels& k = active();
+void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, registry::Execution& exec) {
+  const Kernels& k = active(exec);
   for (const detail::NormRopeForwardProblem& s : p.streams) {
-    for_rows(rows_of(s.x), s.d, [&](RowRange r) { k.norm_rope_forward(s, r); });
+    for_rows(rows_of(s.x), s.d, exec, [&](RowRange r) { k.norm_rope_forward(s, r); });
   }
 }
 
-void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p) {
-  const Kernels& k = active();
+void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry::Execution& exec) {
+  const Kernels& k = active(exec);
   for (const detail::NormRopeBackwardProblem& s : p.streams) {
     if (s.dw) {
-      for_dw_blocks(rows_of(s.x), s.d, *s.dw,
+      for_dw_blocks(rows_of(s.x), s.d, *s.dw, exec,
                     [&](RowRange r, float* partial) { k.norm_rope_backward(s, r, partial); });
     } else {
-      for_rows(rows_of(s.x), s.d, [&](RowRange r) { k.norm_rope_backward(s, r, nullptr); });
+      for_rows(rows_of(s.x), s.d, exec, [&](RowRange r) { k.norm_rope_backward(s, r, nullptr); });
     }
   }
 }

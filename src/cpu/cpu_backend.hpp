@@ -5,13 +5,15 @@
 #pragma once
 
 #include "api/problems.hpp"
+#include "registry/registry.hpp"
 
 namespace kernel_align::cpu {
 
-void qk_rmsnorm_forward(const detail::RmsNormForwardProblem& p);
-void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p);
-void multi_axis_rope(const detail::RopeProblem& p);
-void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p);
-void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p);
+// Each records the path, thread count and row partition it used in `exec`.
+void qk_rmsnorm_forward(const detail::RmsNormForwardProblem& p, registry::Execution& exec);
+void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p, registry::Execution& exec);
+void multi_axis_rope(const detail::RopeProblem& p, registry::Execution& exec);
+void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, registry::Execution& exec);
+void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry::Execution& exec);
 
 }  // namespace kernel_align::cpu

@@ -11,9 +11,11 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
     ${CMAKE_CURRENT_LIST_DIR}/isa/avx512.cpp
   )
   # Never -mfma: the contract rounds each product before its sum.
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/isa/avx2.cpp
-    PROPERTIES COMPILE_OPTIONS "-mavx2;-mf16c")
+  set(KERNEL_ALIGN_AVX2_FLAGS -mavx2 -mf16c)
   # What detect_best_isa() (src/runtime/settings.cpp) checks before it picks Avx512.
+  set(KERNEL_ALIGN_AVX512_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mf16c)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/isa/avx2.cpp
+    PROPERTIES COMPILE_OPTIONS "${KERNEL_ALIGN_AVX2_FLAGS}")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/isa/avx512.cpp
-    PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx2;-mf16c")
+    PROPERTIES COMPILE_OPTIONS "${KERNEL_ALIGN_AVX512_FLAGS}")
 endif()

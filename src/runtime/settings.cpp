@@ -1,4 +1,4 @@
-// Process-wide choices of backend, instruction-set path and thread count. Each
+// Process-wide choices of instruction-set path and thread count. Each
 // starts from its environment variable (read once, at first use; a bad value is
 // an Error at that use, never a silent default) and can be overridden by the API.
 #include <atomic>
@@ -17,7 +17,6 @@ namespace kernel_align {
 namespace {
 
 struct Settings {
-  std::atomic<Backend> backend{Backend::Cpu};
   std::atomic<Isa> isa{Isa::Portable};
   std::atomic<int> threads{1};
 };
@@ -79,15 +78,6 @@ Settings& settings() {
   std::call_once(from_environment, [] {
     s.isa = best_isa();
     s.threads = default_threads();
-    if (const std::string b = env("KERNEL_ALIGN_BACKEND"); !b.empty()) {
-      if (b == "cpu") {
-        s.backend = Backend::Cpu;
-      } else if (b == "reference") {
-        s.backend = Backend::Reference;
-      } else {
-        throw Error("KERNEL_ALIGN_BACKEND", "one of cpu, reference", "'" + b + "'");
-      }
-    }
     if (const std::string i = env("KERNEL_ALIGN_ISA"); !i.empty()) {
       const Isa isa = parse_isa("KERNEL_ALIGN_ISA", i);
       check_isa_supported("KERNEL_ALIGN_ISA", isa);
@@ -108,10 +98,6 @@ Settings& settings() {
 
 }  // namespace
 
-const char* backend_name(Backend b) {
-  return b == Backend::Cpu ? "cpu" : "reference";
-}
-
 const char* isa_name(Isa i) {
   switch (i) {
     case Isa::Portable:
@@ -122,13 +108,6 @@ const char* isa_name(Isa i) {
       return "avx512";
   }
   return "?";
-}
-
-void set_backend(Backend b) {
-  settings().backend = b;
-}
-Backend backend() {
-  return settings().backend;
 }
 
 Isa best_isa() {

@@ -1,6 +1,7 @@
-// Runtime controls (runtime.hpp): forcing paths and thread counts, their errors,
-// and the KERNEL_ALIGN_BACKEND / KERNEL_ALIGN_ISA / KERNEL_ALIGN_NUM_THREADS
-// environment variables. The library reads the environment once, at first use,
+// Runtime controls (runtime.hpp, and the backend override of registry.hpp): forcing
+// backends, paths and thread counts, their errors, and the KERNEL_ALIGN_BACKEND /
+// KERNEL_ALIGN_STRICT / KERNEL_ALIGN_ISA / KERNEL_ALIGN_NUM_THREADS environment
+// variables. The library reads the environment once, at first use,
 // so those are tested in fresh processes: this binary re-runs itself
 // (/proc/self/exe) with KA_RUNTIME_PROBE set, and then, before any test runs,
 // only reports the settings it starts with and exits.
@@ -22,6 +23,7 @@
 
 #include "kernel_align/error.hpp"
 #include "kernel_align/ops.hpp"
+#include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 #include "support/runtime_guard.hpp"
 #include "support/tensors.hpp"
@@ -30,21 +32,20 @@ namespace kernel_align {
 namespace {
 
 // The probe: first use of the library in this process, one small op on whatever
-// backend the environment chose, then one line on stdout.
+// backend the environment chose, then one line on stdout naming the backend that ran.
 //   "backend=<name> isa=<name> threads=<n>" and exit 0, or
 //   "error argument=<argument>" and exit 3 when the library rejects a setting.
 [[maybe_unused]] const bool kProbed = [] {
   if (std::getenv("KA_RUNTIME_PROBE") == nullptr) return false;
   int status = 0;
   try {
-    const Backend b = backend();
     const Isa i = isa();
     const int n = num_threads();
     test::HostTensor x(DType::F32, {2, 4});
     for (std::int64_t e = 0; e < 8; ++e) x.set(e, static_cast<double>(e) - 3.5);
     test::HostTensor y(DType::F32, {2, 4});
     qk_rmsnorm_forward(x.cview(), std::nullopt, y.view());
-    std::printf("backend=%s isa=%s threads=%d\n", backend_name(b), isa_name(i), n);
+    std::printf("backend=%s isa=%s threads=%d\n", last_call().backend.c_str(), isa_name(i), n);
   } catch (const Error& e) {
     std::printf("error argument=%s\n", e.argument().c_str());
     status = 3;
@@ -70,8 +71,8 @@ ProbeResult probe(const std::map<std::string, std::string>& env) {
   if (pid == 0) {
     ::close(pipe_fds[0]);
     if (::dup2(pipe_fds[1], 1) < 0) std::_Exit(127);
-    for (const char* name :
-         {"KERNEL_ALIGN_BACKEND", "KERNEL_ALIGN_ISA", "KERNEL_ALIGN_NUM_THREADS"}) {
+    for (const char* name : {"KERNEL_ALIGN_BACKEND", "KERNEL_ALIGN_STRICT", "KERNEL_ALIGN_TRACE",
+                             "KERNEL_ALIGN_ISA", "KERNEL_ALIGN_NUM_THREADS"}) {
       ::unsetenv(name);
     }
     for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
@@ -112,8 +113,6 @@ int all_cores() {
 // In process.
 
 TEST(RuntimeNames, AreTheEnvironmentSpellings) {
-  EXPECT_STREQ(backend_name(Backend::Cpu), "cpu");
-  EXPECT_STREQ(backend_name(Backend::Reference), "reference");
   EXPECT_STREQ(isa_name(Isa::Portable), "portable");
   EXPECT_STREQ(isa_name(Isa::Avx2), "avx2");
   EXPECT_STREQ(isa_name(Isa::Avx512), "avx512");
@@ -121,9 +120,9 @@ TEST(RuntimeNames, AreTheEnvironmentSpellings) {
 
 TEST(RuntimeControls, SetAndGetRoundTrip) {
   const test::RuntimeGuard guard;
-  for (Backend b : {Backend::Reference, Backend::Cpu}) {
-    set_backend(b);
-    EXPECT_EQ(backend(), b);
+  for (const char* name : {"reference", "simd", ""}) {
+    set_backend(name);
+    EXPECT_EQ(backend_override(), name);
   }
   for (Isa i : test::available_isas()) {
     set_isa(i);
@@ -208,21 +207,21 @@ TEST(RuntimeControls, BackendSwitchGivesTheSameBytes) {
 TEST(RuntimeEnvironment, DefaultsAreCpuBestPathAllCores) {
   const ProbeResult r = probe({});
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(r.out, settings_line("cpu", best_isa(), all_cores()));
+  EXPECT_EQ(r.out, settings_line("simd", best_isa(), all_cores()));
 }
 
 TEST(RuntimeEnvironment, BackendVariable) {
   EXPECT_EQ(probe({{"KERNEL_ALIGN_BACKEND", "reference"}}).out,
             settings_line("reference", best_isa(), all_cores()));
-  EXPECT_EQ(probe({{"KERNEL_ALIGN_BACKEND", "cpu"}}).out,
-            settings_line("cpu", best_isa(), all_cores()));
+  EXPECT_EQ(probe({{"KERNEL_ALIGN_BACKEND", "simd"}}).out,
+            settings_line("simd", best_isa(), all_cores()));
 }
 
 TEST(RuntimeEnvironment, IsaVariable) {
   for (Isa i : test::available_isas()) {
     const ProbeResult r = probe({{"KERNEL_ALIGN_ISA", isa_name(i)}});
     EXPECT_EQ(r.status, 0) << r.out;
-    EXPECT_EQ(r.out, settings_line("cpu", i, all_cores()));
+    EXPECT_EQ(r.out, settings_line("simd", i, all_cores()));
   }
 }
 
@@ -230,7 +229,7 @@ TEST(RuntimeEnvironment, NumThreadsVariable) {
   for (int n : {1, 3, 7}) {
     const ProbeResult r = probe({{"KERNEL_ALIGN_NUM_THREADS", std::to_string(n)}});
     EXPECT_EQ(r.status, 0) << r.out;
-    EXPECT_EQ(r.out, settings_line("cpu", best_isa(), n));
+    EXPECT_EQ(r.out, settings_line("simd", best_isa(), n));
   }
 }
 
@@ -249,7 +248,8 @@ TEST(RuntimeEnvironment, BadValuesAreErrorsNamingTheVariable) {
     const char* value;
   };
   std::vector<Bad> bad = {
-      {"KERNEL_ALIGN_BACKEND", "gpu"},    {"KERNEL_ALIGN_BACKEND", "CPU "},
+      {"KERNEL_ALIGN_BACKEND", "gpu"},    {"KERNEL_ALIGN_BACKEND", "simd "},
+      {"KERNEL_ALIGN_BACKEND", "cpu"},    {"KERNEL_ALIGN_STRICT", "yes"},
       {"KERNEL_ALIGN_ISA", "sse2"},       {"KERNEL_ALIGN_ISA", "avx"},
       {"KERNEL_ALIGN_NUM_THREADS", "0"},  {"KERNEL_ALIGN_NUM_THREADS", "-2"},
       {"KERNEL_ALIGN_NUM_THREADS", "3x"}, {"KERNEL_ALIGN_NUM_THREADS", "many"},

@@ -7,14 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 
 namespace kernel_align::test {
 
-// Saves backend(), isa() and num_threads() and restores them when destroyed.
+// Saves the backend override, isa() and num_threads() and restores them when
+// destroyed.
 class RuntimeGuard {
  public:
-  RuntimeGuard() : backend_(backend()), isa_(isa()), threads_(num_threads()) {}
+  RuntimeGuard() : backend_(backend_override()), isa_(isa()), threads_(num_threads()) {}
   ~RuntimeGuard() {
     set_backend(backend_);
     set_isa(isa_);
@@ -24,7 +26,7 @@ class RuntimeGuard {
   RuntimeGuard& operator=(const RuntimeGuard&) = delete;
 
  private:
-  Backend backend_;
+  std::string backend_;
   Isa isa_;
   int threads_;
 };
@@ -43,24 +45,24 @@ inline std::vector<Isa> available_isas() {
 
 // One way to run an op.
 struct RunConfig {
-  Backend backend = Backend::Reference;
+  std::string backend = "reference";  // a registry name: "reference" or "simd"
   Isa isa = Isa::Portable;
   int threads = 1;
 
-  static RunConfig reference() { return {Backend::Reference, Isa::Portable, 1}; }
-  static RunConfig cpu(Isa i, int n) { return {Backend::Cpu, i, n}; }
+  static RunConfig reference() { return {"reference", Isa::Portable, 1}; }
+  static RunConfig cpu(Isa i, int n) { return {"simd", i, n}; }
 
-  // Makes this the process's configuration (the ISA and threads only matter for Cpu).
+  // Makes this the process's configuration (the ISA and threads only matter for simd).
   void apply() const {
     set_backend(backend);
-    if (backend == Backend::Cpu) {
+    if (backend == "simd") {
       set_isa(isa);
       set_num_threads(threads);
     }
   }
   std::string name() const {
-    if (backend == Backend::Reference) return "reference";
-    return std::string("cpu/") + isa_name(isa) + "/" + std::to_string(threads) + " threads";
+    if (backend == "reference") return "reference";
+    return std::string("simd/") + isa_name(isa) + "/" + std::to_string(threads) + " threads";
   }
 };
 

@@ -1,0 +1,105 @@
+// The built-in backends: one registration each. A new backend (CUDA, Ascend, ...) is
+// one more entry here with its platform, priority, capabilities and entry points.
+#include "cpu/cpu_backend.hpp"
+#include "kernel_align/fingerprints.hpp"
+#include "kernel_align/runtime.hpp"
+#include "reference/reference.hpp"
+#include "registry/registry.hpp"
+
+namespace kernel_align::registry {
+namespace {
+
+std::string always_available() {
+  return "";
+}
+
+std::string simd_paths() {
+  std::string paths;
+  for (Isa i = best_isa();; i = static_cast<Isa>(static_cast<int>(i) - 1)) {
+    paths += paths.empty() ? std::string(isa_name(i)) + " (best)" : std::string(", ") + isa_name(i);
+    if (i == Isa::Portable) break;
+  }
+  return paths;
+}
+
+std::string scalar_path() {
+  return "scalar";
+}
+
+// The reference runs every pass on the calling thread, as one range of rows.
+void record_scalar(Execution& exec, std::initializer_list<std::int64_t> pass_rows) {
+  exec.isa = "scalar";
+  exec.threads = 1;
+  for (const std::int64_t rows : pass_rows) exec.partition.push_back({{0, rows}});
+}
+
+std::int64_t rows_of(const ConstTensorView& v) {
+  return v.numel() / v.shape[v.rank - 1];
+}
+
+BackendOps reference_ops() {
+  BackendOps ops;
+  ops.rmsnorm_forward = [](const detail::RmsNormForwardProblem& p, Execution& exec) {
+    record_scalar(exec, {rows_of(p.x)});
+    reference::qk_rmsnorm_forward(p);
+  };
+  ops.rmsnorm_backward = [](const detail::RmsNormBackwardProblem& p, Execution& exec) {
+    record_scalar(exec, {rows_of(p.x)});
+    reference::qk_rmsnorm_backward(p);
+  };
+  ops.rope = [](const detail::RopeProblem& p, Execution& exec) {
+    record_scalar(exec, {rows_of(p.in)});
+    reference::multi_axis_rope(p);
+  };
+  ops.qk_norm_rope_forward = [](const detail::QkNormRopeForwardProblem& p, Execution& exec) {
+    record_scalar(exec, {});
+    for (const auto& stream : p.streams) {
+      exec.partition.push_back({{0, rows_of(stream.x)}});
+      reference::norm_rope_forward(stream);
+    }
+  };
+  ops.qk_norm_rope_backward = [](const detail::QkNormRopeBackwardProblem& p, Execution& exec) {
+    record_scalar(exec, {});
+    for (const auto& stream : p.streams) {
+      exec.partition.push_back({{0, rows_of(stream.x)}});
+      reference::norm_rope_backward(stream);
+    }
+  };
+  return ops;
+}
+
+BackendOps simd_ops() {
+  BackendOps ops;
+  ops.rmsnorm_forward = cpu::qk_rmsnorm_forward;
+  ops.rmsnorm_backward = cpu::qk_rmsnorm_backward;
+  ops.rope = cpu::multi_axis_rope;
+  ops.qk_norm_rope_forward = cpu::qk_norm_rope_forward;
+  ops.qk_norm_rope_backward = cpu::qk_norm_rope_backward;
+  return ops;
+}
+
+}  // namespace
+
+std::vector<Backend> builtin_backends() {
+  Backend simd;
+  simd.name = "simd";
+  simd.platform = Platform::Cpu;
+  simd.priority = 0;
+  simd.unavailable_reason = always_available;  // the portable path runs on any CPU
+  simd.isa_paths = simd_paths;
+  simd.fingerprint = fingerprints::kSimd;
+  simd.ops = simd_ops();
+
+  Backend reference;
+  reference.name = "reference";
+  reference.platform = Platform::Cpu;
+  reference.priority = 100;
+  reference.unavailable_reason = always_available;
+  reference.isa_paths = scalar_path;
+  reference.fingerprint = fingerprints::kReference;
+  reference.ops = reference_ops();
+
+  return {simd, reference};
+}
+
+}  // namespace kernel_align::registry

@@ -1,0 +1,360 @@
+// Backend selection: the registered backends, the override and strict settings, and
+// the fallback accounting.
+#include "registry/registry.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <list>
+#include <mutex>
+#include <set>
+
+#include "kernel_align/error.hpp"
+#include "kernel_align/ops.hpp"
+
+namespace kernel_align {
+namespace registry {
+namespace {
+
+struct State {
+  std::mutex mutex;             // guards everything but the atomics
+  std::list<Backend> backends;  // a list: entries never move while registered
+  std::string override_name;
+  std::atomic<bool> strict{false};
+  std::atomic<std::uint64_t> fallbacks{0};
+  std::set<std::string> warned;  // "op direction: reason" already logged
+};
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+std::string names_of(const std::list<Backend>& backends) {
+  std::string names;
+  for (const Backend& b : backends) names += (names.empty() ? "" : ", ") + b.name;
+  return names;
+}
+
+const Backend* find_locked(const State& s, std::string_view name) {
+  for (const Backend& b : s.backends) {
+    if (b.name == name) return &b;
+  }
+  return nullptr;
+}
+
+void check_known_locked(const State& s, const std::string& argument, std::string_view name) {
+  if (find_locked(s, name) == nullptr) {
+    throw Error(argument, "a backend name, one of " + names_of(s.backends),
+                "'" + std::string(name) + "'");
+  }
+}
+
+State& state() {
+  static State s;
+  static std::once_flag from_environment;
+  std::call_once(from_environment, [] {
+    for (Backend& b : builtin_backends()) s.backends.push_back(std::move(b));
+    if (const std::string name = env("KERNEL_ALIGN_BACKEND"); !name.empty()) {
+      check_known_locked(s, "KERNEL_ALIGN_BACKEND", name);
+      s.override_name = name;
+    }
+    if (const std::string flag = env("KERNEL_ALIGN_STRICT"); !flag.empty()) {
+      if (flag != "0" && flag != "1")
+        throw Error("KERNEL_ALIGN_STRICT", "0 or 1", "'" + flag + "'");
+      s.strict = flag == "1";
+    }
+    if (const std::string path = env("KERNEL_ALIGN_TRACE"); !path.empty()) set_trace_path(path);
+  });
+  return s;
+}
+
+constexpr DType kDTypes[] = {DType::F32, DType::BF16, DType::F16};
+constexpr Layout kLayouts[] = {Layout::BSHD, Layout::BHSD};
+constexpr Pairing kPairings[] = {Pairing::Half, Pairing::Interleaved};
+constexpr NormMode kModes[] = {NormMode::Single, NormMode::Diffusers};
+
+// "fp32, bf16": the names of the enumerators in `set`.
+template <class Enum, std::size_t N, class Name>
+std::string names_in(unsigned set, const Enum (&all)[N], const Name& name) {
+  std::string text;
+  for (const Enum e : all) {
+    if ((set & bit(e)) != 0) text += (text.empty() ? "" : ", ") + std::string(name(e));
+  }
+  return text;
+}
+
+// Why `value` is not in `supported` ("" when it is), e.g. "layout bhsd is not
+// supported (supports bshd)".
+template <class Enum, std::size_t N, class Name>
+std::string outside(const char* what, Enum value, unsigned supported, const Enum (&all)[N],
+                    const Name& name) {
+  if ((supported & bit(value)) != 0) return "";
+  return std::string(what) + " " + name(value) + " is not supported (supports " +
+         names_in(supported, all, name) + ")";
+}
+
+BackendList candidates_locked(const State& s, Platform platform, OpType op, Direction direction) {
+  BackendList list;
+  for (const Backend& b : s.backends) {
+    if (b.platform == platform && implements(b, op, direction)) list.items[list.count++] = &b;
+  }
+  std::stable_sort(list.items.begin(), list.items.begin() + list.count,
+                   [](const Backend* a, const Backend* b) { return a->priority < b->priority; });
+  return list;
+}
+
+std::string call_name(const Call& call) {
+  return std::string(op_type_name(call.op)) + " " + direction_name(call.direction);
+}
+
+// Why `b` cannot run `call` ("" when it can).
+std::string cannot_run(const Backend& b, const Call& call) {
+  if (b.platform != call.platform) {
+    return std::string("runs on ") + platform_name(b.platform) + ", the tensors are on " +
+           platform_name(call.platform);
+  }
+  if (const std::string why = b.unavailable_reason(); !why.empty()) return "unavailable: " + why;
+  if (!implements(b, call.op, call.direction)) return "does not implement " + call_name(call);
+  return unsupported_reason(b.capabilities, call);
+}
+
+}  // namespace
+
+std::string unsupported_reason(const Capabilities& caps, const Call& call) {
+  for (const DType t : kDTypes) {
+    if ((call.dtype_set & bit(t)) == 0) continue;
+    if (std::string why = outside("dtype", t, caps.dtypes, kDTypes, dtype_name); !why.empty()) {
+      return why;
+    }
+  }
+  std::string why;
+  if (call.has_layout) why = outside("layout", call.layout, caps.layouts, kLayouts, layout_name);
+  if (why.empty() && call.has_pairing) {
+    why = outside("pairing", call.pairing, caps.pairings, kPairings, pairing_name);
+  }
+  if (why.empty() && call.has_mode) {
+    why = outside("mode", call.mode, caps.modes, kModes, norm_mode_name);
+  }
+  if (!why.empty()) return why;
+  if (call.d < caps.min_d || call.d > caps.max_d) {
+    return "head dim " + std::to_string(call.d) + " is outside " + std::to_string(caps.min_d) +
+           ".." + std::to_string(caps.max_d);
+  }
+  if (caps.needs_contiguous_rows && !call.rows_contiguous) {
+    return "needs rows with unit stride in the last dim";
+  }
+  if (call.alignment < caps.min_alignment) {
+    return "needs data aligned to " + std::to_string(caps.min_alignment) + " bytes, got " +
+           std::to_string(call.alignment);
+  }
+  return "";
+}
+
+std::string describe(const Capabilities& caps) {
+  std::string text = names_in(caps.dtypes, kDTypes, dtype_name) + "; " +
+                     names_in(caps.layouts, kLayouts, layout_name) + "; " +
+                     names_in(caps.pairings, kPairings, pairing_name) + "; " +
+                     names_in(caps.modes, kModes, norm_mode_name) + "; D " +
+                     std::to_string(caps.min_d) + ".." + std::to_string(caps.max_d);
+  text += caps.needs_contiguous_rows ? "; unit-stride rows" : "; any strides";
+  if (caps.min_alignment > 1) text += "; " + std::to_string(caps.min_alignment) + "-byte aligned";
+  return text;
+}
+
+bool implements(const Backend& b, OpType op, Direction direction) {
+  const bool forward = direction == Direction::Forward;
+  switch (op) {
+    case OpType::QkRmsNorm:
+      return forward ? b.ops.rmsnorm_forward != nullptr : b.ops.rmsnorm_backward != nullptr;
+    case OpType::MultiAxisRope:
+      return b.ops.rope != nullptr;
+    case OpType::QkNormRope:
+      return forward ? b.ops.qk_norm_rope_forward != nullptr
+                     : b.ops.qk_norm_rope_backward != nullptr;
+  }
+  return false;
+}
+
+BackendList candidates(Platform platform, OpType op, Direction direction) {
+  State& s = state();
+  const std::lock_guard lock(s.mutex);
+  return candidates_locked(s, platform, op, direction);
+}
+
+Choice choose(const Call& call) {
+  State& s = state();
+  const std::lock_guard lock(s.mutex);
+  BackendList order;
+  if (!s.override_name.empty()) order.items[order.count++] = find_locked(s, s.override_name);
+  for (const Backend* b : candidates_locked(s, call.platform, call.op, call.direction)) {
+    if (order.count == 0 || b != order.items[0]) order.items[order.count++] = b;
+  }
+  if (order.count == 0) {
+    throw Error("backend",
+                std::string("a backend registered for ") + call_name(call) + " on " +
+                    platform_name(call.platform),
+                "none");
+  }
+  Choice choice;
+  choice.requested = order.items[0];
+  std::string reasons;
+  for (const Backend* b : order) {
+    const std::string why = cannot_run(*b, call);
+    if (why.empty()) {
+      choice.backend = b;
+      break;
+    }
+    if (choice.fallback.empty()) choice.fallback = choice.requested->name + ": " + why;
+    reasons += (reasons.empty() ? "" : "; ") + b->name + ": " + why;
+  }
+  if (choice.backend == nullptr) {
+    throw Error("backend",
+                std::string("a backend that can run this ") + call_name(call) + " call on " +
+                    platform_name(call.platform),
+                reasons);
+  }
+  if (choice.backend == choice.requested) return choice;
+  if (s.strict) {
+    throw Error("backend",
+                "'" + choice.requested->name + "' to run this " + call_name(call) +
+                    " call (strict mode: no fallback)",
+                choice.fallback);
+  }
+  ++s.fallbacks;
+  const std::string key = call_name(call) + ": " + choice.fallback;
+  if (s.warned.insert(key).second) {
+    std::cerr << "kernel-align: warning: " << call_name(call) << " fell back from "
+              << choice.requested->name << " to " << choice.backend->name << " (" << choice.fallback
+              << "); every fallback is counted and traced, this warning is shown once\n";
+  }
+  return choice;
+}
+
+ScopedRegistration::ScopedRegistration(Backend backend) : name_(backend.name) {
+  State& s = state();
+  const std::lock_guard lock(s.mutex);
+  if (find_locked(s, name_) != nullptr) {
+    throw Error("backend", "a name not yet registered", "'" + name_ + "'");
+  }
+  if (s.backends.size() >= kMaxBackends) {
+    throw Error("backend", "at most " + std::to_string(kMaxBackends) + " registered backends",
+                std::to_string(s.backends.size() + 1));
+  }
+  s.backends.push_back(std::move(backend));
+}
+
+ScopedRegistration::~ScopedRegistration() {
+  // The constructor initialised state(), and erasing does not throw; only locking could,
+  // and a registry that cannot be locked cannot be left consistent.
+  try {
+    State& s = state();
+    const std::lock_guard lock(s.mutex);
+    std::erase_if(s.backends, [&](const Backend& b) { return b.name == name_; });
+    if (s.override_name == name_) s.override_name.clear();
+  } catch (...) {
+    std::terminate();
+  }
+}
+
+namespace {
+thread_local CallReport last_report;
+}  // namespace
+
+void set_last_call(CallReport report) {
+  last_report = std::move(report);
+}
+
+}  // namespace registry
+
+const char* platform_name(Platform p) {
+  switch (p) {
+    case Platform::Cpu:
+      return "cpu";
+    case Platform::Cuda:
+      return "cuda";
+    case Platform::Rocm:
+      return "rocm";
+    case Platform::Musa:
+      return "musa";
+    case Platform::Npu:
+      return "npu";
+  }
+  return "?";
+}
+
+const char* op_type_name(OpType op) {
+  switch (op) {
+    case OpType::QkRmsNorm:
+      return "qk_rmsnorm";
+    case OpType::MultiAxisRope:
+      return "multi_axis_rope";
+    case OpType::QkNormRope:
+      return "qk_norm_rope";
+  }
+  return "?";
+}
+
+const char* direction_name(Direction d) {
+  return d == Direction::Forward ? "forward" : "backward";
+}
+
+void set_backend(std::string_view name) {
+  registry::State& s = registry::state();
+  const std::lock_guard lock(s.mutex);
+  if (!name.empty()) registry::check_known_locked(s, "backend", name);
+  s.override_name = std::string(name);
+}
+
+std::string backend_override() {
+  registry::State& s = registry::state();
+  const std::lock_guard lock(s.mutex);
+  return s.override_name;
+}
+
+std::vector<std::string> backend_names() {
+  registry::State& s = registry::state();
+  const std::lock_guard lock(s.mutex);
+  std::vector<std::string> names;
+  for (const registry::Backend& b : s.backends) names.push_back(b.name);
+  return names;
+}
+
+void set_strict(bool on) {
+  registry::state().strict = on;
+}
+bool strict() {
+  return registry::state().strict;
+}
+
+std::uint64_t fallback_count() {
+  return registry::state().fallbacks;
+}
+
+CallReport last_call() {
+  return registry::last_report;
+}
+
+std::vector<RegistryRow> registry_table() {
+  registry::State& s = registry::state();
+  const std::lock_guard lock(s.mutex);
+  std::vector<RegistryRow> rows;
+  for (const Platform platform :
+       {Platform::Cpu, Platform::Cuda, Platform::Rocm, Platform::Musa, Platform::Npu}) {
+    for (const OpType op : {OpType::QkRmsNorm, OpType::MultiAxisRope, OpType::QkNormRope}) {
+      RegistryRow row{platform, op, {}};
+      for (const registry::Backend* b :
+           registry::candidates_locked(s, platform, op, Direction::Forward)) {
+        const std::string why = b->unavailable_reason();
+        row.backends.push_back({b->name, why.empty(), why, b->isa_paths(),
+                                registry::describe(b->capabilities), b->fingerprint});
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+}  // namespace kernel_align

@@ -1,0 +1,131 @@
+// The registry's data model: what a backend declares, what a call needs, and the
+// choice between them. The backends themselves are registered in backends.cpp.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/problems.hpp"
+#include "kernel_align/registry.hpp"
+
+namespace kernel_align::registry {
+
+// The traits of one call that a backend's capabilities are checked against.
+struct Call {
+  Platform platform = Platform::Cpu;
+  OpType op = OpType::QkRmsNorm;
+  Direction direction = Direction::Forward;
+  unsigned dtype_set = 0;  // bit(dtype) of every tensor argument
+  bool has_layout = false;
+  Layout layout = Layout::BSHD;
+  bool has_pairing = false;
+  Pairing pairing = Pairing::Interleaved;
+  bool has_mode = false;
+  NormMode mode = NormMode::Single;
+  int d = 0;
+  bool rows_contiguous = true;  // every tensor's last dim has stride 1
+  std::size_t alignment = 0;    // the largest power of two dividing every data address
+};
+
+// A set of enumerators (dtypes, layouts, ...) as bits.
+template <class Enum>
+constexpr unsigned bit(Enum e) {
+  return 1u << static_cast<unsigned>(e);
+}
+
+// What a backend accepts; a call outside it goes to the next backend in the list.
+struct Capabilities {
+  unsigned dtypes = bit(DType::F32) | bit(DType::BF16) | bit(DType::F16);
+  unsigned layouts = bit(Layout::BSHD) | bit(Layout::BHSD);
+  unsigned pairings = bit(Pairing::Half) | bit(Pairing::Interleaved);
+  unsigned modes = bit(NormMode::Single) | bit(NormMode::Diffusers);
+  int min_d = 2;
+  int max_d = kMaxHeadDim;
+  bool needs_contiguous_rows = false;
+  std::size_t min_alignment = 1;  // bytes
+};
+
+// Why `caps` does not cover `call`, in words ("" when it does).
+std::string unsupported_reason(const Capabilities& caps, const Call& call);
+// The capabilities in words, for the backends table.
+std::string describe(const Capabilities& caps);
+
+// How a backend ran a call, for the trace record.
+struct Execution {
+  std::string isa;  // instruction-set path, "scalar" for the reference
+  int threads = 1;
+  // Row ranges handed to threads, one list per parallel pass.
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> partition;
+};
+
+// A backend's entry points; null where it does not implement the op.
+struct BackendOps {
+  void (*rmsnorm_forward)(const detail::RmsNormForwardProblem&, Execution&) = nullptr;
+  void (*rmsnorm_backward)(const detail::RmsNormBackwardProblem&, Execution&) = nullptr;
+  void (*rope)(const detail::RopeProblem&, Execution&) = nullptr;  // both directions
+  void (*qk_norm_rope_forward)(const detail::QkNormRopeForwardProblem&, Execution&) = nullptr;
+  void (*qk_norm_rope_backward)(const detail::QkNormRopeBackwardProblem&, Execution&) = nullptr;
+};
+
+struct Backend {
+  std::string name;
+  Platform platform = Platform::Cpu;
+  int priority = 0;  // lower runs first among the platform's backends
+  Capabilities capabilities;
+  // "" when it can run on this machine, else why not.
+  std::string (*unavailable_reason)() = nullptr;
+  std::string (*isa_paths)() = nullptr;
+  std::string fingerprint;
+  BackendOps ops;
+};
+
+// Whether `b` implements (op, direction).
+bool implements(const Backend& b, OpType op, Direction direction);
+
+// Backends in priority order, without allocating (a call must not allocate).
+inline constexpr int kMaxBackends = 16;
+struct BackendList {
+  std::array<const Backend*, kMaxBackends> items{};
+  int count = 0;
+  const Backend* const* begin() const { return items.data(); }
+  const Backend* const* end() const { return items.data() + count; }
+};
+
+// The backends of the platform that implement the op, in priority order.
+BackendList candidates(Platform platform, OpType op, Direction direction);
+
+// The choice for one call: the backend to run and the first choice (never null; they
+// differ on a fallback, whose reason is then set). Throws Error in strict mode, or
+// when no backend can run the call, with every backend's reason. Backends are never
+// freed while registered, so the pointers outlive the call.
+struct Choice {
+  const Backend* backend = nullptr;
+  const Backend* requested = nullptr;
+  std::string fallback;  // "" unless it fell back
+};
+Choice choose(const Call& call);
+
+// Registers a backend for the life of the object (backends.cpp holds the built-in
+// ones; tests add backends with narrow capabilities to exercise the selection).
+class ScopedRegistration {
+ public:
+  explicit ScopedRegistration(Backend backend);
+  ~ScopedRegistration();
+  ScopedRegistration(const ScopedRegistration&) = delete;
+  ScopedRegistration& operator=(const ScopedRegistration&) = delete;
+
+ private:
+  std::string name_;
+};
+
+// The built-in backends (backends.cpp).
+std::vector<Backend> builtin_backends();
+
+// Records what the calling thread's last call ran on (last_call()).
+void set_last_call(CallReport report);
+
+}  // namespace kernel_align::registry

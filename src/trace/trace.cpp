@@ -1,0 +1,212 @@
+#include "trace/trace.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+#include "kernel_align/contract/version.hpp"
+#include "kernel_align/error.hpp"
+#include "trace/digest.hpp"
+
+namespace kernel_align {
+namespace trace {
+
+std::atomic<bool> detail::enabled{false};
+
+namespace {
+
+struct Sink {
+  std::mutex mutex;
+  int fd = -1;
+  std::string path;
+  std::uint64_t next_seq = 0;
+};
+
+Sink& sink() {
+  static Sink s;
+  return s;
+}
+
+std::string quoted(std::string_view text) {
+  std::string out = "\"";
+  out.reserve(text.size() + 2);
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string hex64(std::uint64_t v) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return quoted(text);
+}
+
+// Strings are built with append: g++ 12 reports a false -Wrestrict on
+// `"literal" + std::string` chains.
+template <class Items, class Format>
+std::string array(const Items& items, const Format& format) {
+  std::string out = "[";
+  for (const auto& item : items) {
+    if (out.size() > 1) out += ',';
+    out += format(item);
+  }
+  out += ']';
+  return out;
+}
+
+std::string dims(const ConstTensorView& v, const std::array<std::int64_t, kMaxRank>& values) {
+  return array(std::span(values.data(), static_cast<std::size_t>(v.rank)),
+               [](std::int64_t n) { return std::to_string(n); });
+}
+
+template <class T, class Name>
+std::string optional_name(const std::optional<T>& value, const Name& name) {
+  return value ? quoted(name(*value)) : "null";
+}
+
+std::string field(const char* key, const std::string& json) {
+  std::string out = ",\"";
+  out.append(key).append("\":").append(json);
+  return out;
+}
+
+// The record after its "seq" member.
+std::string record_body(const CallDescription& call, const registry::Choice& choice,
+                        const registry::Execution& exec, const FloatState& fs) {
+  std::string r;
+  r += field("contract", quoted(contract::kVersionString));
+  r += field("op", quoted(op_type_name(call.op)));
+  r += field("direction", quoted(direction_name(call.direction)));
+  r += field("platform", quoted(platform_name(choice.backend->platform)));
+  r += field("requested_backend", quoted(choice.requested->name));
+  r += field("backend", quoted(choice.backend->name));
+  r += field("isa", quoted(exec.isa));
+  r += field("fallback", choice.fallback.empty() ? "null" : quoted(choice.fallback));
+  r += field("fingerprint", quoted(choice.backend->fingerprint));
+  r += field("tensors", array(call.tensors, [](const TensorArg& t) {
+               return "{\"name\":" + quoted(t.name) +
+                      ",\"dtype\":" + quoted(dtype_name(t.view.dtype)) +
+                      ",\"shape\":" + dims(t.view, t.view.shape) +
+                      ",\"strides\":" + dims(t.view, t.view.strides) + "}";
+             }));
+  r += field("layout", optional_name(call.layout, layout_name));
+  r += field("pairing", optional_name(call.pairing, pairing_name));
+  r += field("mode", optional_name(call.mode, norm_mode_name));
+  if (call.eps) {
+    char eps[32];
+    std::snprintf(eps, sizeof eps, "%.9g", static_cast<double>(*call.eps));
+    r += field("eps", eps);
+  } else {
+    r += field("eps", "null");
+  }
+  r += field("text_len", call.text_len ? std::to_string(*call.text_len) : "null");
+  r += field("accumulator", quoted("fp32"));
+  r += field("output_dtype", quoted(dtype_name(call.output_dtype)));
+  r += field("reduction_tree", quoted("tree16-v1"));
+  r += field("dw_blocks", call.computes_dw ? std::to_string(contract::kDwBlocks) : "null");
+  r += field("fma_contraction", "false");
+  r += field("ftz", fs.known ? (fs.ftz ? "true" : "false") : "null");
+  r += field("daz", fs.known ? (fs.daz ? "true" : "false") : "null");
+  r += field("threads", std::to_string(exec.threads));
+  r += field("partition", array(exec.partition, [](const auto& pass) {
+               return array(pass, [](const std::pair<std::int64_t, std::int64_t>& range) {
+                 return array(std::array{range.first, range.second},
+                              [](std::int64_t n) { return std::to_string(n); });
+               });
+             }));
+  std::string digests = "{";
+  for (const TensorArg& t : call.tensors) {
+    if (!t.output) continue;
+    if (digests.size() > 1) digests += ',';
+    digests.append(quoted(t.name)).append(":").append(array(batch_digests(t.view), hex64));
+  }
+  digests += '}';
+  r += field("digests", digests);
+  return r;
+}
+
+void write_all(const Sink& s, const std::string& line) {
+  std::size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(s.fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw Error("trace", "a record appended to " + s.path,
+                  std::string("write failed: ") + std::strerror(errno));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+FloatState read_float_state() {
+#if defined(__x86_64__) || defined(__i386__)
+  const unsigned csr = _mm_getcsr();
+  return {true, (csr & 0x8000u) != 0, (csr & 0x40u) != 0};
+#else
+  return {};
+#endif
+}
+
+void write(const CallDescription& call, const registry::Choice& choice,
+           const registry::Execution& exec, const FloatState& float_state) {
+  const std::string body = record_body(call, choice, exec, float_state);
+  Sink& s = sink();
+  const std::lock_guard lock(s.mutex);
+  if (s.fd < 0) return;  // turned off since the call began
+  std::string line = "{\"seq\":";
+  line.append(std::to_string(s.next_seq)).append(body).append("}\n");
+  write_all(s, line);
+  ++s.next_seq;
+}
+
+}  // namespace trace
+
+void set_trace_path(const std::string& path) {
+  trace::Sink& s = trace::sink();
+  const std::lock_guard lock(s.mutex);
+  trace::detail::enabled = false;
+  if (s.fd >= 0) ::close(s.fd);
+  s.fd = -1;
+  s.path.clear();
+  s.next_seq = 0;
+  if (path.empty()) return;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw Error("trace", "a file that can be created for writing",
+                "'" + path + "': " + std::strerror(errno));
+  }
+  s.fd = fd;
+  s.path = path;
+  trace::detail::enabled = true;
+}
+
+std::string trace_path() {
+  trace::Sink& s = trace::sink();
+  const std::lock_guard lock(s.mutex);
+  return s.path;
+}
+
+}  // namespace kernel_align

@@ -1,0 +1,298 @@
+// Trace records and digests (docs/trace.md): the fields of a record, digest-v1
+// against an independent transcription of its definition, digests that do not depend
+// on thread count, strides or batch position, whole records from concurrent calls,
+// and write errors that are reported.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernel_align/contract/version.hpp"
+#include "kernel_align/error.hpp"
+#include "kernel_align/fingerprints.hpp"
+#include "kernel_align/ops.hpp"
+#include "kernel_align/registry.hpp"
+#include "support/op_cases.hpp"
+#include "support/runtime_guard.hpp"
+#include "support/tensors.hpp"
+#include "trace/digest.hpp"
+
+namespace kernel_align {
+namespace {
+
+using test::HostTensor;
+
+// digest-v1 exactly as docs/trace.md writes it, over a byte string.
+std::uint64_t documented_digest(const std::vector<unsigned char>& bytes) {
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ bytes.size();
+  for (std::size_t i = 0; i < bytes.size(); i += 8) {
+    std::uint64_t w = 0;
+    for (std::size_t j = 0; j < 8 && i + j < bytes.size(); ++j) {
+      w |= static_cast<std::uint64_t>(bytes[i + j]) << (8 * j);
+    }
+    h = std::rotl(h ^ (w * 0xBF58476D1CE4E5B9ull), 27) * 0x94D049BB133111EBull;
+  }
+  h ^= h >> 31;
+  h *= 0xD6E8FEDA2F3F19D5ull;
+  h ^= h >> 29;
+  return h;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The JSON text of `key` in a flat record ("\"key\":" up to the next top-level comma).
+std::string value_of(const std::string& record, const std::string& key) {
+  const std::string tag = "\"" + key + "\":";
+  const std::size_t at = record.find(tag);
+  if (at == std::string::npos) return "<missing>";
+  std::size_t end = at + tag.size();
+  int depth = 0;
+  bool in_string = false;
+  for (; end < record.size(); ++end) {
+    const char c = record[end];
+    if (in_string) {
+      if (c == '\\') ++end;
+      if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ']' || c == '}') {
+      if (depth-- == 0) break;
+    } else if (c == ',' && depth == 0) {
+      break;
+    }
+  }
+  return record.substr(at + tag.size(), end - at - tag.size());
+}
+
+class TraceFile : public ::testing::Test {
+ protected:
+  std::string path = testing::TempDir() + "trace_test.jsonl";
+  test::RuntimeGuard runtime;
+  void SetUp() override { set_trace_path(path); }
+  void TearDown() override { set_trace_path(""); }
+  std::vector<std::string> records() {
+    set_trace_path("");  // closes the file: every record is on disk
+    return read_lines(path);
+  }
+};
+
+TEST(Digest, IsTheDocumentedFunction) {
+  for (const std::size_t n : {0u, 1u, 7u, 8u, 9u, 64u, 1001u}) {
+    std::vector<unsigned char> bytes(n);
+    for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(i * 37 + 11);
+    trace::Digest piecewise(n);
+    // Fed in uneven pieces: the result must not depend on them.
+    std::size_t done = 0;
+    for (std::size_t piece = 1; done < n; piece = piece * 2 + 1) {
+      const std::size_t take = std::min(piece, n - done);
+      piecewise.update(bytes.data() + done, take);
+      done += take;
+    }
+    EXPECT_EQ(piecewise.finish(), documented_digest(bytes)) << n << " bytes";
+  }
+}
+
+TEST(Digest, FollowsLogicalOrderNotMemoryOrder) {
+  test::Rng rng(1);
+  const HostTensor t = test::random_tensor(DType::BF16, {3, 4, 2, 8}, rng);
+  // The same values through a transposed buffer: [3, 2, 4, 8] memory viewed as [3, 4, 2, 8].
+  HostTensor transposed(DType::BF16, {3, 2, 4, 8});
+  const TensorView as_logical =
+      test::strided(transposed.view(), {3, 4, 2, 8}, {2 * 4 * 8, 8, 4 * 8, 1});
+  test::copy_into(t.cview(), as_logical);
+  EXPECT_EQ(trace::batch_digests(as_logical), trace::batch_digests(t.cview()));
+  // One changed element changes exactly its batch element's digest.
+  HostTensor changed = t;
+  changed.set(64 + 5, changed.get(64 + 5) + 1.0);  // an element of batch element 1
+  const std::vector<std::uint64_t> a = trace::batch_digests(t.cview());
+  const std::vector<std::uint64_t> b = trace::batch_digests(changed.cview());
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0], b[0]);
+  EXPECT_NE(a[1], b[1]);
+  EXPECT_EQ(a[2], b[2]);
+}
+
+TEST_F(TraceFile, RecordHasTheDocumentedFields) {
+  set_backend("simd");
+  set_num_threads(2);
+  test::Rng rng(2);
+  constexpr std::int64_t kB = 2, kS = 40, kH = 4, kD = 64, kText = 8;
+  const HostTensor q = test::random_tensor(DType::BF16, {kB, kS, kH, kD}, rng);
+  const HostTensor k = test::random_tensor(DType::BF16, {kB, kS, kH, kD}, rng);
+  const HostTensor w = test::random_weight(DType::BF16, kD, rng);
+  const test::TablePair t = test::random_tables(kS, kD, rng);
+  HostTensor q_out(DType::BF16, {kB, kS, kH, kD});
+  HostTensor k_out(DType::BF16, {kB, kS, kH, kD});
+  QkNormRopeOptions options;
+  options.text_len = kText;
+  qk_norm_rope_forward(q.cview(), k.cview(), {w.cview(), w.cview(), w.cview(), w.cview()},
+                       t.cos.cview(), t.sin.cview(), q_out.view(), k_out.view(), options);
+  const std::vector<std::string> lines = records();
+  ASSERT_EQ(lines.size(), 1u);
+  const std::string& r = lines[0];
+  EXPECT_EQ(r.rfind("{\"seq\":0,", 0), 0u) << r;
+  EXPECT_EQ(value_of(r, "contract"), std::string("\"") + contract::kVersionString + "\"");
+  EXPECT_EQ(value_of(r, "op"), "\"qk_norm_rope\"");
+  EXPECT_EQ(value_of(r, "direction"), "\"forward\"");
+  EXPECT_EQ(value_of(r, "platform"), "\"cpu\"");
+  EXPECT_EQ(value_of(r, "requested_backend"), "\"simd\"");
+  EXPECT_EQ(value_of(r, "backend"), "\"simd\"");
+  EXPECT_EQ(value_of(r, "isa"), std::string("\"") + isa_name(isa()) + "\"");
+  EXPECT_EQ(value_of(r, "fallback"), "null");
+  EXPECT_EQ(value_of(r, "fingerprint"), std::string("\"") + fingerprints::kSimd + "\"");
+  EXPECT_NE(value_of(r, "tensors")
+                .find("{\"name\":\"q\",\"dtype\":\"bf16\",\"shape\":[2,40,4,64],\"strides\":["
+                      "10240,256,64,1]}"),
+            std::string::npos)
+      << r;
+  EXPECT_EQ(value_of(r, "layout"), "\"bshd\"");
+  EXPECT_EQ(value_of(r, "pairing"), "\"interleaved\"");
+  EXPECT_EQ(value_of(r, "mode"), "\"diffusers\"");
+  EXPECT_EQ(value_of(r, "eps"), "9.99999997e-07");
+  EXPECT_EQ(value_of(r, "text_len"), "8");
+  EXPECT_EQ(value_of(r, "accumulator"), "\"fp32\"");
+  EXPECT_EQ(value_of(r, "output_dtype"), "\"bf16\"");
+  EXPECT_EQ(value_of(r, "reduction_tree"), "\"tree16-v1\"");
+  EXPECT_EQ(value_of(r, "dw_blocks"), "null");
+  EXPECT_EQ(value_of(r, "fma_contraction"), "false");
+  EXPECT_EQ(value_of(r, "ftz"), "false");
+  EXPECT_EQ(value_of(r, "daz"), "false");
+  EXPECT_EQ(value_of(r, "threads"), "2");
+  // Four passes (q text, q image, k text, k image) of b * s * h rows each; too few
+  // elements for a second thread (cpu_backend.cpp, kMinElementsPerThread).
+  EXPECT_EQ(value_of(r, "partition"), "[[[0,64]],[[0,256]],[[0,64]],[[0,256]]]");
+  // One digest per batch element of each output, equal to the digest of its bytes.
+  const std::vector<std::uint64_t> q_digests = trace::batch_digests(q_out.cview());
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "[\"%016llx\",\"%016llx\"]",
+                static_cast<unsigned long long>(q_digests[0]),
+                static_cast<unsigned long long>(q_digests[1]));
+  EXPECT_NE(value_of(r, "digests").find(std::string("\"q_out\":") + expected), std::string::npos)
+      << r;
+  EXPECT_NE(value_of(r, "digests").find("\"k_out\":["), std::string::npos) << r;
+}
+
+TEST_F(TraceFile, BackwardRecordsDwAndItsBlocks) {
+  test::Rng rng(4);
+  const HostTensor x = test::random_tensor(DType::F32, {70, 32}, rng);
+  const HostTensor dy = test::random_tensor(DType::F32, {70, 32}, rng);
+  const HostTensor w = test::random_weight(DType::F32, 32, rng);
+  HostTensor dx(DType::F32, {70, 32});
+  HostTensor dw(DType::F32, {32});
+  qk_rmsnorm_backward(x.cview(), dy.cview(), w.cview(), dx.view(), dw.view());
+  const std::vector<std::string> lines = records();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(value_of(lines[0], "dw_blocks"), "64");
+  EXPECT_EQ(value_of(lines[0], "mode"), "\"single\"");
+  EXPECT_EQ(value_of(lines[0], "layout"), "null");
+  const std::string digests = value_of(lines[0], "digests");
+  EXPECT_NE(digests.find("\"dx\":[\""), std::string::npos) << digests;
+  EXPECT_NE(digests.find("\"dw\":[\""), std::string::npos) << digests;
+}
+
+// The same call on 1 and 2 threads: the partitions differ, the digests do not.
+TEST_F(TraceFile, DigestsDoNotDependOnThreadCount) {
+  test::Rng rng(6);
+  const HostTensor x = test::random_tensor(DType::BF16, {2, 300, 8, 128}, rng);
+  const test::TablePair t = test::random_tables(300, 128, rng);
+  for (const int threads : {1, 2}) {
+    set_num_threads(threads);
+    HostTensor y(DType::BF16, {2, 300, 8, 128});
+    multi_axis_rope_forward(x.cview(), t.cos.cview(), t.sin.cview(), y.view(), {});
+  }
+  const std::vector<std::string> lines = records();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(value_of(lines[0], "digests"), value_of(lines[1], "digests"));
+  EXPECT_EQ(value_of(lines[0], "threads"), "1");
+  EXPECT_EQ(value_of(lines[1], "threads"), "2");
+  EXPECT_NE(value_of(lines[0], "partition"), value_of(lines[1], "partition"));
+}
+
+// A sample alone and as element 1 of a batch of 3: the same per-element digest.
+TEST_F(TraceFile, SampleDigestIsTheSameAloneAndInABatch) {
+  test::Rng rng(8);
+  constexpr std::int64_t kS = 20, kH = 3, kD = 32;
+  const HostTensor batch = test::random_tensor(DType::F16, {3, kS, kH, kD}, rng);
+  HostTensor alone(DType::F16, {1, kS, kH, kD});
+  test::copy_into(narrow(batch.cview(), 0, 1, 2), alone.view());
+  HostTensor y_alone(DType::F16, {1, kS, kH, kD});
+  HostTensor y_batch(DType::F16, {3, kS, kH, kD});
+  qk_rmsnorm_forward(alone.cview(), std::nullopt, y_alone.view());
+  qk_rmsnorm_forward(batch.cview(), std::nullopt, y_batch.view());
+  const std::vector<std::uint64_t> one = trace::batch_digests(y_alone.cview());
+  const std::vector<std::uint64_t> three = trace::batch_digests(y_batch.cview());
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_EQ(one[0], three[1]);
+  EXPECT_NE(one[0], three[0]);
+  EXPECT_EQ(records().size(), 2u);
+}
+
+// 8 threads x 25 calls: 200 whole records, seq 0..199 each once.
+TEST_F(TraceFile, ConcurrentCallsWriteWholeRecords) {
+  constexpr int kThreads = 8, kCalls = 25;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([t] {
+      test::Rng rng(100 + static_cast<std::uint64_t>(t));
+      const HostTensor x = test::random_tensor(DType::F32, {1, 6, 2, 16}, rng);
+      HostTensor y(DType::F32, {1, 6, 2, 16});
+      for (int c = 0; c < kCalls; ++c) qk_rmsnorm_forward(x.cview(), std::nullopt, y.view());
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  const std::vector<std::string> lines = records();
+  ASSERT_EQ(lines.size(), static_cast<std::size_t>(kThreads * kCalls));
+  std::set<std::string> seqs;
+  for (const std::string& line : lines) {
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_EQ(line.back(), '}');
+    EXPECT_EQ(value_of(line, "op"), "\"qk_rmsnorm\"") << line;
+    EXPECT_NE(value_of(line, "digests"), "<missing>") << line;
+    seqs.insert(value_of(line, "seq"));
+  }
+  EXPECT_EQ(seqs.size(), lines.size());
+  EXPECT_TRUE(seqs.contains("0") && seqs.contains("199"));
+}
+
+TEST(TraceErrors, UnwritablePathIsAnError) {
+  try {
+    set_trace_path("/nonexistent-dir/trace.jsonl");
+    ADD_FAILURE() << "opened a file in a missing directory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "trace");
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/trace.jsonl"), std::string::npos);
+  }
+  EXPECT_EQ(trace_path(), "");
+}
+
+TEST(TraceErrors, FailedWriteIsReportedNotIgnored) {
+  set_trace_path("/dev/full");  // opens; every write fails with ENOSPC
+  test::Rng rng(10);
+  const HostTensor x = test::random_tensor(DType::F32, {4, 16}, rng);
+  HostTensor y(DType::F32, {4, 16});
+  try {
+    qk_rmsnorm_forward(x.cview(), std::nullopt, y.view());
+    ADD_FAILURE() << "a failed trace write was ignored";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "trace");
+    EXPECT_NE(std::string(e.what()).find("write failed"), std::string::npos) << e.what();
+  }
+  set_trace_path("");
+}
+
+}  // namespace
+}  // namespace kernel_align

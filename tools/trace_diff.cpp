@@ -1,0 +1,391 @@
+#include "trace_diff.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <ostream>
+#include <span>
+
+#include "cli_args.hpp"
+#include "json.hpp"
+#include "kernel_align/error.hpp"
+#include "messages.hpp"
+
+namespace kernel_align::cli {
+namespace {
+
+constexpr std::string_view kSampleFlag = "--sample";
+constexpr FlagSpec kDiffFlags[] = {{kSampleFlag}};
+
+// The digests are hex text; 16 digits is 64 bits (docs/trace.md, digest-v1).
+constexpr std::size_t kDigestDigits = 16;
+// Longer values in the side-by-side table push their row's B value right rather than
+// every row's: a list of tensors can take hundreds of characters.
+constexpr std::size_t kMaxColumnWidth = 40;
+
+struct Sample {
+  std::size_t a = 0;  // I: the element of each output of A's call
+  std::size_t b = 0;  // J: the element of the same output of B's call
+};
+
+struct Output {
+  std::string name;
+  std::vector<std::string> digests;  // one per batch element, or one for the whole tensor
+  // The rank of the tensor of that name in `tensors`: 4 means one digest per batch
+  // element, which is what --sample picks from. Absent when `tensors` does not list it.
+  std::optional<std::size_t> rank;
+
+  bool batched() const { return rank == 4; }
+};
+
+struct Record {
+  std::size_t line = 0;  // in its file, from 1
+  std::uint64_t seq = 0;
+  std::string op;
+  std::string direction;
+  std::vector<Output> outputs;  // in the order of `digests`
+  json::Value fields;           // the whole record, for the side-by-side table
+};
+
+struct Trace {
+  std::string role;  // "A" or "B": errors name the argument by its place in the synopsis
+  std::string path;
+  std::vector<Record> calls;  // calls[n].seq == n
+};
+
+std::string at(const Trace& trace, std::size_t line) {
+  return " at " + single_quoted(trace.path) + " line " + std::to_string(line);
+}
+
+[[noreturn]] void fail(const Trace& trace, std::size_t line, const std::string& expected,
+                       const std::string& found) {
+  throw Error(trace.role, expected, found + at(trace, line));
+}
+
+std::string kind_name(json::Value::Kind kind) {
+  switch (kind) {
+    case json::Value::Kind::Null:
+      return "null";
+    case json::Value::Kind::Boolean:
+      return "a boolean";
+    case json::Value::Kind::Number:
+      return "a number";
+    case json::Value::Kind::String:
+      return "a string";
+    case json::Value::Kind::Array:
+      return "an array";
+    case json::Value::Kind::Object:
+      return "an object";
+  }
+  return "an unknown value";
+}
+
+// The member `key` of a record, which must be there and of `kind`.
+const json::Value& field(const Trace& trace, std::size_t line, const json::Value& record,
+                         std::string_view key, json::Value::Kind kind) {
+  const json::Value* value = record.find(key);
+  if (value == nullptr || value->kind != kind) {
+    fail(trace, line, "key " + single_quoted(key) + " (" + kind_name(kind) + ") in every record",
+         value == nullptr ? "none" : kind_name(value->kind));
+  }
+  return *value;
+}
+
+std::optional<std::size_t> tensor_rank(const json::Value& record, std::string_view name) {
+  const json::Value* tensors = record.find("tensors");
+  if (tensors == nullptr) return std::nullopt;
+  for (const json::Value& tensor : tensors->items) {
+    const json::Value* tensor_name = tensor.find("name");
+    const json::Value* shape = tensor.find("shape");
+    if (tensor_name != nullptr && tensor_name->text == name && shape != nullptr &&
+        shape->kind == json::Value::Kind::Array) {
+      return shape->items.size();
+    }
+  }
+  return std::nullopt;
+}
+
+bool is_digest(const json::Value& v) {
+  return v.kind == json::Value::Kind::String && v.text.size() == kDigestDigits &&
+         v.text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+}
+
+Record read_record(const Trace& trace, std::size_t line, std::string_view text) {
+  Record record;
+  record.line = line;
+  try {
+    record.fields = json::parse(text);
+  } catch (const json::SyntaxError& e) {
+    throw Error(trace.role, e.expected() + " (one JSON record per line)",
+                e.found() + at(trace, line) + ", column " + std::to_string(e.column()));
+  }
+  if (record.fields.kind != json::Value::Kind::Object) {
+    fail(trace, line, "a JSON object per line", kind_name(record.fields.kind));
+  }
+  const std::string& seq = field(trace, line, record.fields, "seq", json::Value::Kind::Number).text;
+  if (!parse_whole(seq, record.seq)) {
+    fail(trace, line, "a whole number as 'seq'", single_quoted(seq));
+  }
+  record.op = field(trace, line, record.fields, "op", json::Value::Kind::String).text;
+  record.direction = field(trace, line, record.fields, "direction", json::Value::Kind::String).text;
+  const json::Value& digests =
+      field(trace, line, record.fields, "digests", json::Value::Kind::Object);
+  for (const json::Member& output : digests.members) {
+    // An empty list is a rank-4 output of batch 0.
+    if (output.value.kind != json::Value::Kind::Array ||
+        !std::all_of(output.value.items.begin(), output.value.items.end(), is_digest)) {
+      fail(trace, line,
+           "lists of " + std::to_string(kDigestDigits) + "-hex-digit strings in 'digests'",
+           single_quoted(output.key) + ": " + json::compact(output.value));
+    }
+    Output& o = record.outputs.emplace_back();
+    o.name = output.key;
+    for (const json::Value& digest : output.value.items) o.digests.push_back(digest.text);
+    o.rank = tensor_rank(record.fields, output.key);
+  }
+  return record;
+}
+
+std::string read_text(const Trace& trace) {
+  std::error_code error;
+  const auto status = std::filesystem::status(trace.path, error);
+  if (error) {
+    throw Error(trace.role, "a readable trace file",
+                single_quoted(trace.path) + " (" + error.message() + ")");
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    throw Error(trace.role, "a readable trace file",
+                single_quoted(trace.path) + " (not a regular file)");
+  }
+  std::ifstream in(trace.path, std::ios::binary);
+  if (!in) {
+    throw Error(trace.role, "a readable trace file",
+                single_quoted(trace.path) + " (" + std::strerror(errno) + ")");
+  }
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// The records of a trace file, one per line, ordered by `seq`: calls may complete (and
+// so be written) in another order than they started in.
+Trace read_trace(std::string role, std::string path) {
+  Trace trace;
+  trace.role = std::move(role);
+  trace.path = std::move(path);
+  const std::string text = read_text(trace);
+  std::size_t line = 0;
+  for (std::size_t start = 0; start < text.size();) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    trace.calls.push_back(
+        read_record(trace, ++line, std::string_view(text).substr(start, end - start)));
+    start = end + 1;
+  }
+  std::stable_sort(trace.calls.begin(), trace.calls.end(),
+                   [](const Record& x, const Record& y) { return x.seq < y.seq; });
+  for (std::size_t n = 0; n < trace.calls.size(); ++n) {
+    if (trace.calls[n].seq != n) {
+      fail(trace, trace.calls[n].line, "seq " + std::to_string(n) + " (seq counts calls from 0)",
+           "seq " + std::to_string(trace.calls[n].seq));
+    }
+  }
+  return trace;
+}
+
+// --sample needs every output's rank, and every batched output to have element `index`.
+void check_sample_index(const Trace& trace, std::size_t index) {
+  for (const Record& record : trace.calls) {
+    for (const Output& output : record.outputs) {
+      if (!output.rank) {
+        fail(trace, record.line,
+             "a tensor named " + single_quoted(output.name) +
+                 " in 'tensors' (its rank says whether --sample picks from its digests)",
+             "none");
+      }
+      if (output.batched() && index >= output.digests.size()) {
+        throw Error(std::string(kSampleFlag), "element indices within every output's batch",
+                    "index " + std::to_string(index) + " past the " +
+                        std::to_string(output.digests.size()) + " elements of output " +
+                        single_quoted(output.name) + at(trace, record.line));
+      }
+    }
+  }
+}
+
+Sample parse_sample(std::string_view text) {
+  const std::size_t colon = text.find(':');
+  Sample sample;
+  if (colon == std::string_view::npos || !parse_whole(text.substr(0, colon), sample.a) ||
+      !parse_whole(text.substr(colon + 1), sample.b)) {
+    throw Error(std::string(kSampleFlag), "I:J, an element index of A and one of B, such as 0:2",
+                single_quoted(text));
+  }
+  return sample;
+}
+
+struct Tally {
+  std::size_t digests_compared = 0;
+  std::size_t outputs_skipped = 0;  // single-digest outputs, under --sample
+};
+
+const Output* find_output(const Record& record, std::string_view name) {
+  for (const Output& o : record.outputs) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+std::string digest_difference(const std::string& output, std::size_t i, std::size_t j,
+                              const std::string& digest_a, const std::string& digest_b) {
+  return "output " + output + " element " + std::to_string(i) + " vs " + std::to_string(j) + ": " +
+         digest_a + " != " + digest_b;
+}
+
+// Why the call of A and the call of B at the same position differ, or nothing.
+std::optional<std::string> compare_calls(const Record& a, const Record& b,
+                                         const std::optional<Sample>& sample, Tally& tally) {
+  if (a.op != b.op) return "different op: " + a.op + " vs " + b.op;
+  if (a.direction != b.direction)
+    return "different direction: " + a.direction + " vs " + b.direction;
+  for (const Output& output_a : a.outputs) {
+    const Output* output_b = find_output(b, output_a.name);
+    if (output_b == nullptr) return "output " + output_a.name + " present in A only";
+    const std::vector<std::string>& da = output_a.digests;
+    const std::vector<std::string>& db = output_b->digests;
+    if (sample) {
+      if (!output_a.batched() || !output_b->batched()) {
+        ++tally.outputs_skipped;
+        continue;
+      }
+      ++tally.digests_compared;
+      if (da[sample->a] != db[sample->b]) {
+        return digest_difference(output_a.name, sample->a, sample->b, da[sample->a], db[sample->b]);
+      }
+      continue;
+    }
+    if (da.size() != db.size()) {
+      return "output " + output_a.name + " has " + std::to_string(da.size()) + " digests in A, " +
+             std::to_string(db.size()) + " in B";
+    }
+    for (std::size_t i = 0; i < da.size(); ++i) {
+      ++tally.digests_compared;
+      if (da[i] != db[i]) return digest_difference(output_a.name, i, i, da[i], db[i]);
+    }
+  }
+  for (const Output& output_b : b.outputs) {
+    if (find_output(a, output_b.name) == nullptr) {
+      return "output " + output_b.name + " present in B only";
+    }
+  }
+  return std::nullopt;
+}
+
+std::string padded(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+// Both records, one row per key (A's keys in order, then any only B has; the digests
+// aside), '*' marking the rows that differ. Returns the keys of those rows.
+std::vector<std::string> print_side_by_side(std::ostream& out, const json::Value& a,
+                                            const json::Value& b) {
+  struct Row {
+    std::string key, a, b;
+  };
+  std::vector<Row> rows;
+  for (const json::Value* record : {&a, &b}) {
+    for (const json::Member& m : record->members) {
+      const bool listed =
+          std::any_of(rows.begin(), rows.end(), [&](const Row& row) { return row.key == m.key; });
+      if (m.key == "digests" || listed) continue;
+      const json::Value* value_a = a.find(m.key);
+      const json::Value* value_b = b.find(m.key);
+      rows.push_back({m.key, value_a != nullptr ? json::compact(*value_a) : "(absent)",
+                      value_b != nullptr ? json::compact(*value_b) : "(absent)"});
+    }
+  }
+  std::size_t key_width = 5;  // "field"
+  std::size_t a_width = 1;
+  for (const Row& row : rows) {
+    key_width = std::max(key_width, row.key.size());
+    if (row.a.size() <= kMaxColumnWidth) a_width = std::max(a_width, row.a.size());
+  }
+  out << "  " << padded("field", key_width) << "  " << padded("A", a_width) << "  B\n";
+  std::vector<std::string> differing;
+  for (const Row& row : rows) {
+    const bool differs = row.a != row.b;
+    if (differs) differing.push_back(row.key);
+    out << (differs ? "* " : "  ") << padded(row.key, key_width) << "  " << padded(row.a, a_width)
+        << "  " << row.b << '\n';
+  }
+  return differing;
+}
+
+void print_divergence(std::ostream& out, std::size_t call, const Record& a, const Record& b,
+                      const std::string& reason) {
+  out << "diverged at call #" << call << " (A line " << a.line << ", B line " << b.line
+      << "): " << reason << '\n';
+  const std::vector<std::string> differing = print_side_by_side(out, a.fields, b.fields);
+  out << "differing fields: ";
+  if (differing.empty()) out << "none (same configuration, different bytes)";
+  for (const std::string& key : differing) out << (&key == &differing.front() ? "" : ", ") << key;
+  out << '\n';
+}
+
+int trace_diff(const std::string& path_a, const std::string& path_b,
+               const std::optional<Sample>& sample, std::ostream& out) {
+  const Trace a = read_trace("A", path_a);
+  const Trace b = read_trace("B", path_b);
+  if (sample) {
+    check_sample_index(a, sample->a);
+    check_sample_index(b, sample->b);
+  }
+  Tally tally;
+  const std::size_t common = std::min(a.calls.size(), b.calls.size());
+  for (std::size_t n = 0; n < common; ++n) {
+    if (const auto reason = compare_calls(a.calls[n], b.calls[n], sample, tally)) {
+      print_divergence(out, n, a.calls[n], b.calls[n], *reason);
+      return kExitDiverged;
+    }
+  }
+  if (a.calls.size() != b.calls.size()) {
+    // The longer trace's next call has nothing to be set beside: no table.
+    const Trace& longer = a.calls.size() > b.calls.size() ? a : b;
+    const Trace& shorter = &longer == &a ? b : a;
+    out << "diverged at call #" << common << " (" << longer.role << " line "
+        << longer.calls[common].line << ", end of " << shorter.role
+        << "): different call counts: A has " << a.calls.size() << ", B has " << b.calls.size()
+        << '\n';
+    return kExitDiverged;
+  }
+  out << "identical: " << common << " calls, " << tally.digests_compared << " digests compared";
+  if (tally.outputs_skipped > 0) {
+    out << ", " << tally.outputs_skipped << " single-digest outputs skipped (--sample)";
+  }
+  out << '\n';
+  return kExitIdentical;
+}
+
+}  // namespace
+
+int run_trace_command(const std::vector<std::string>& args, std::ostream& out) {
+  if (args.empty() || args[0] != "diff") {
+    throw Error("trace", "the subcommand diff", args.empty() ? "none" : single_quoted(args[0]));
+  }
+  // The two files come first, as in the synopsis; only flags follow them.
+  const auto is_file = [&](std::size_t i) { return i < args.size() && !args[i].starts_with("--"); };
+  if (!is_file(1) || !is_file(2)) {
+    throw Error("trace diff", "two trace files A.jsonl B.jsonl before any flag",
+                is_file(1) ? "only " + single_quoted(args[1]) : "none");
+  }
+  const std::span<const std::string> flag_tokens = std::span(args).subspan(3);
+  const Args flags(flag_tokens, kDiffFlags);
+  const std::optional<std::string> sample = flags.optional(kSampleFlag);
+  return trace_diff(args[1], args[2], sample ? std::optional(parse_sample(*sample)) : std::nullopt,
+                    out);
+}
+
+}  // namespace kernel_align::cli

@@ -1,0 +1,835 @@
+// kernel-align verify: every available CPU backend (each ISA path of simd) against the
+// reference backend, over every op, direction, dtype, pairing, mode and layout at the
+// issue's shapes, with batch- and thread-count invariance (docs/verify.md).
+#include "verify.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cli_args.hpp"
+#include "kernel_align/contract/version.hpp"
+#include "kernel_align/error.hpp"
+#include "kernel_align/ops.hpp"
+#include "kernel_align/positions.hpp"
+#include "kernel_align/registry.hpp"
+#include "kernel_align/runtime.hpp"
+#include "kernel_align/tables.hpp"
+#include "messages.hpp"
+#include "output_files.hpp"
+#include "random_inputs.hpp"
+#include "tensor_io.hpp"
+
+namespace kernel_align::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::array<FlagSpec, 3> kVerifyFlags{{{"--quick"}, {"--shape", true}, {"--json"}}};
+constexpr std::string_view kQuickFlag = "--quick";
+constexpr std::string_view kReferenceBackend = "reference";
+// The only backend with ISA paths to choose from (set_isa).
+constexpr std::string_view kSimdBackend = "simd";
+constexpr int kHeadDim = 128;  // Qwen-Image; the sum of the default axes 16 + 56 + 56
+constexpr std::int64_t kBatch = 2;
+constexpr std::int64_t kSampleSlot = 1;                 // the sample's place in the batch of kBatch
+constexpr float kInputLow = -4.0f, kInputWidth = 8.0f;  // activations, gradients
+constexpr float kWeightLow = 0.5f, kWeightWidth = 1.0f;  // near 1, as trained norm weights are
+
+struct Shape {
+  std::string name;
+  std::int64_t heads = 0;
+  std::int64_t text_len = 0;
+  std::vector<ImageGrid> images;
+};
+
+// The issue's shapes: the three text-to-image resolutions and the Edit pipeline's
+// target plus one reference image.
+std::vector<Shape> issue_shapes() {
+  const ImageGrid square = ImageGrid::from_pixels(1024, 1024);  // 64 x 64 tokens
+  return {{"t2i_1024x1024", 24, 256, {square}},
+          {"t2i_1328x1328", 24, 256, {ImageGrid::from_pixels(1328, 1328)}},  // 83 x 83
+          {"t2i_1664x928", 24, 256, {ImageGrid::from_pixels(1664, 928)}},    // 104 wide, 58 high
+          {"edit_1024x1024+ref1024x1024", 24, 256, {square, square}}};
+}
+
+// --quick: the same kinds of grid (even square, odd square, wide, two images) small
+// enough for CI. 8 heads, not fewer: the image rows then fill 3 threads, which the
+// CPU backend only starts for 16384 elements each.
+std::vector<Shape> quick_shapes() {
+  const ImageGrid square = ImageGrid::from_pixels(128, 128);  // 8 x 8 tokens
+  return {{"t2i_128x128", 8, 16, {square}},
+          {"t2i_144x144", 8, 16, {ImageGrid::from_pixels(144, 144)}},  // 9 x 9
+          {"t2i_192x112", 8, 16, {ImageGrid::from_pixels(192, 112)}},  // 12 wide, 7 high
+          {"edit_128x128+ref128x128", 8, 16, {square, square}}};
+}
+
+// One configuration of an op; pairing, mode and layout are set where the op has them.
+struct Config {
+  OpType op = OpType::QkRmsNorm;
+  Direction direction = Direction::Forward;
+  DType dtype = DType::F32;
+  std::optional<Pairing> pairing;
+  std::optional<NormMode> mode;
+  std::optional<Layout> layout;
+  std::size_t row = 0;  // its table row: the index of (op, direction, dtype)
+};
+
+// "qk_norm_rope backward bf16 half diffusers bhsd"
+std::string config_words(const Config& c) {
+  std::string words = std::string(op_type_name(c.op)) + " " + direction_name(c.direction) + " " +
+                      dtype_name(c.dtype);
+  if (c.pairing) words += std::string(" ") + pairing_name(*c.pairing);
+  if (c.mode) words += std::string(" ") + norm_mode_name(*c.mode);
+  if (c.layout) words += std::string(" ") + layout_name(*c.layout);
+  return words;
+}
+
+// Every configuration, grouped by table row (op, direction, dtype).
+std::vector<Config> all_configs() {
+  std::vector<Config> configs;
+  std::size_t row = 0;
+  for (const OpType op : {OpType::QkRmsNorm, OpType::MultiAxisRope, OpType::QkNormRope}) {
+    using Modes = std::vector<std::optional<NormMode>>;
+    using Pairings = std::vector<std::optional<Pairing>>;
+    using Layouts = std::vector<std::optional<Layout>>;
+    const Modes modes = op == OpType::MultiAxisRope ? Modes{std::nullopt}
+                                                    : Modes{NormMode::Single, NormMode::Diffusers};
+    const Pairings pairings = op == OpType::QkRmsNorm
+                                  ? Pairings{std::nullopt}
+                                  : Pairings{Pairing::Half, Pairing::Interleaved};
+    const Layouts layouts =
+        op == OpType::QkRmsNorm ? Layouts{std::nullopt} : Layouts{Layout::BSHD, Layout::BHSD};
+    for (const Direction direction : {Direction::Forward, Direction::Backward}) {
+      for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+        for (const auto& pairing : pairings) {
+          for (const auto& mode : modes) {
+            for (const auto& layout : layouts) {
+              configs.push_back({op, direction, dtype, pairing, mode, layout, row});
+            }
+          }
+        }
+        ++row;
+      }
+    }
+  }
+  return configs;
+}
+
+// A backend as verify runs it: simd once per ISA path, any other backend as it is.
+struct Variant {
+  std::string backend;
+  std::optional<Isa> isa;
+
+  std::string label() const { return isa ? backend + "/" + isa_name(*isa) : backend; }
+};
+
+struct SkippedBackend {
+  std::string name;
+  std::string reason;
+};
+
+struct Backends {
+  std::vector<Variant> variants;
+  std::vector<SkippedBackend> skipped;  // registered on the CPU but not available here
+};
+
+// Every CPU backend of the registry except the reference, in registry order.
+Backends backends_to_verify() {
+  std::vector<BackendStatus> cpu;
+  for (const RegistryRow& row : registry_table()) {
+    if (row.platform != Platform::Cpu) continue;
+    for (const BackendStatus& b : row.backends) {
+      const bool seen = std::any_of(cpu.begin(), cpu.end(),
+                                    [&](const BackendStatus& s) { return s.name == b.name; });
+      if (!seen) cpu.push_back(b);
+    }
+  }
+  Backends backends;
+  for (const BackendStatus& b : cpu) {
+    if (b.name == kReferenceBackend) continue;
+    if (!b.available) {
+      backends.skipped.push_back({b.name, b.unavailable_reason});
+    } else if (b.name == kSimdBackend) {
+      for (int i = static_cast<int>(Isa::Portable); i <= static_cast<int>(best_isa()); ++i) {
+        backends.variants.push_back({b.name, static_cast<Isa>(i)});
+      }
+    } else {
+      backends.variants.push_back({b.name, std::nullopt});
+    }
+  }
+  return backends;
+}
+
+// The thread counts of the invariance check: the main run uses max(2, hardware
+// threads), the others compare against it.
+struct ThreadCounts {
+  int main = 2;
+  std::vector<int> others;
+};
+
+// "1 thread", "3 threads"
+std::string thread_words(int n) {
+  return std::to_string(n) + (n == 1 ? " thread" : " threads");
+}
+
+ThreadCounts thread_counts() {
+  ThreadCounts counts;
+  counts.main = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  for (const int n : {1, 3}) {
+    if (n != counts.main) counts.others.push_back(n);
+  }
+  return counts;
+}
+
+// The positions and cos/sin tables of a shape (diffusers layout).
+struct ShapeTables {
+  std::int64_t seq = 0;
+  RopeTables tables;
+
+  ConstTensorView cos() const {
+    return ConstTensorView::contiguous(tables.cos.data(), DType::F32, {seq, tables.columns});
+  }
+  ConstTensorView sin() const {
+    return ConstTensorView::contiguous(tables.sin.data(), DType::F32, {seq, tables.columns});
+  }
+};
+
+ShapeTables shape_tables(const Shape& shape) {
+  PositionRequest request;
+  request.layout = PositionLayout::Diffusers;
+  request.text_len = shape.text_len;
+  request.images = shape.images;
+  const std::vector<Position> positions = build_positions(request);
+  const auto seq = static_cast<std::int64_t>(positions.size());
+  return {seq, build_rope_tables(positions.front().data(), seq)};
+}
+
+// 64-bit FNV-1a: a configuration's seed from its name, so that its inputs do not
+// depend on which other configurations run (--shape).
+std::uint64_t seed_of(std::string_view name) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// One configuration at one shape with its inputs: every activation or gradient is a
+// batch of kBatch whose element kSampleSlot is the sample the checks follow (element 0
+// holds other random data).
+struct Case {
+  const Config* config = nullptr;
+  const Shape* shape = nullptr;
+  const ShapeTables* tables = nullptr;
+  // In argument order: x, dy (qk_rmsnorm); x or dy (multi_axis_rope); q, k, dq_out,
+  // dk_out (qk_norm_rope).
+  std::vector<NpyArray> batched;
+  // qk_rmsnorm: one; qk_norm_rope: text q, text k, image q, image k.
+  std::vector<NpyArray> weights;
+};
+
+Case make_case(const Config& config, const Shape& shape, const ShapeTables& tables) {
+  Case c{&config, &shape, &tables, {}, {}};
+  Random random(seed_of(config_words(config) + " " + shape.name));
+  const bool bhsd = config.layout == Layout::BHSD;
+  const std::vector<std::int64_t> batch_shape =
+      bhsd ? std::vector<std::int64_t>{kBatch, shape.heads, tables.seq, kHeadDim}
+           : std::vector<std::int64_t>{kBatch, tables.seq, shape.heads, kHeadDim};
+  const bool backward = config.direction == Direction::Backward;
+  std::size_t tensors = 1;
+  std::size_t weights = 0;
+  switch (config.op) {
+    case OpType::QkRmsNorm:
+      tensors = backward ? 2 : 1;
+      weights = 1;
+      break;
+    case OpType::MultiAxisRope:
+      break;
+    case OpType::QkNormRope:
+      tensors = backward ? 4 : 2;
+      weights = 4;
+      break;
+  }
+  for (std::size_t i = 0; i < tensors; ++i) {
+    c.batched.push_back(random_tensor(random, config.dtype, batch_shape, kInputLow, kInputWidth));
+  }
+  for (std::size_t i = 0; i < weights; ++i) {
+    c.weights.push_back(random_tensor(random, config.dtype, {kHeadDim}, kWeightLow, kWeightWidth));
+  }
+  return c;
+}
+
+struct Output {
+  std::string name;  // as the API names it
+  NpyArray array;
+  bool per_sample = true;  // false for a dw, which sums over the batch
+};
+using Outputs = std::vector<Output>;
+
+// Calls the op of `c` on the sample alone, or on the whole batch.
+Outputs compute(const Case& c, bool whole_batch) {
+  const Config& config = *c.config;
+  const auto input = [&](std::size_t i) {
+    const ConstTensorView all = const_view(c.batched[i]);
+    return whole_batch ? all : narrow(all, 0, kSampleSlot, kSampleSlot + 1);
+  };
+  const auto weight = [&](std::size_t i) { return const_view(c.weights[i]); };
+  Outputs outputs;
+  const auto add_like_input = [&](const char* name) {
+    std::vector<std::int64_t> shape = c.batched[0].shape;
+    shape[0] = whole_batch ? kBatch : 1;
+    outputs.push_back({name, make_npy_array(c.batched[0].type, std::move(shape)), true});
+  };
+  const auto add_dw = [&](const char* name) {
+    outputs.push_back({name, make_npy_array(c.weights[0].type, {kHeadDim}), false});
+  };
+  const auto out = [&](std::size_t i) { return mutable_view(outputs[i].array); };
+  const bool forward = config.direction == Direction::Forward;
+
+  switch (config.op) {
+    case OpType::QkRmsNorm: {
+      const RmsNormOptions options{.mode = *config.mode};
+      if (forward) {
+        add_like_input("y");
+        qk_rmsnorm_forward(input(0), weight(0), out(0), options);
+      } else {
+        add_like_input("dx");
+        add_dw("dw");
+        qk_rmsnorm_backward(input(0), input(1), weight(0), out(0), out(1), options);
+      }
+      break;
+    }
+    case OpType::MultiAxisRope: {
+      const RopeOptions options{*config.pairing, *config.layout};
+      if (forward) {
+        add_like_input("y");
+        multi_axis_rope_forward(input(0), c.tables->cos(), c.tables->sin(), out(0), options);
+      } else {
+        add_like_input("dx");
+        multi_axis_rope_backward(input(0), c.tables->cos(), c.tables->sin(), out(0), options);
+      }
+      break;
+    }
+    case OpType::QkNormRope: {
+      const QkNormRopeOptions options{.mode = *config.mode,
+                                      .pairing = *config.pairing,
+                                      .layout = *config.layout,
+                                      .text_len = c.shape->text_len};
+      const QkNormWeights weights{weight(0), weight(1), weight(2), weight(3)};
+      if (forward) {
+        add_like_input("q_out");
+        add_like_input("k_out");
+        qk_norm_rope_forward(input(0), input(1), weights, c.tables->cos(), c.tables->sin(), out(0),
+                             out(1), options);
+      } else {
+        add_like_input("dq");
+        add_like_input("dk");
+        for (const char* name : {"dw_text_q", "dw_text_k", "dw_image_q", "dw_image_k"}) {
+          add_dw(name);
+        }
+        qk_norm_rope_backward(input(0), input(1), input(2), input(3), weights, c.tables->cos(),
+                              c.tables->sin(), out(0), out(1), {out(2), out(3), out(4), out(5)},
+                              options);
+      }
+      break;
+    }
+  }
+  return outputs;
+}
+
+// Runs `c` on `backend` (and, when set, ISA path `isa`); throws when the call ran
+// anywhere else, so that no fallback passes for the backend under test.
+Outputs compute_on(const std::string& backend, std::optional<Isa> isa, const Case& c,
+                   bool whole_batch) {
+  Outputs outputs = compute(c, whole_batch);
+  const CallReport call = last_call();
+  if (call.backend != backend) {
+    throw std::runtime_error("the call ran on " + call.backend + ", not " + backend +
+                             (call.fallback.empty() ? "" : " (fallback: " + call.fallback + ")"));
+  }
+  if (isa && call.isa != isa_name(*isa)) {
+    throw std::runtime_error("the call ran on isa " + call.isa + ", not " + isa_name(*isa));
+  }
+  return outputs;
+}
+
+std::uint32_t element_bits(std::span<const std::byte> bytes, std::size_t element,
+                           std::size_t size) {
+  std::uint32_t bits = 0;
+  if (size == 4) {
+    std::memcpy(&bits, bytes.data() + element * size, 4);
+  } else {
+    std::uint16_t half = 0;
+    std::memcpy(&half, bytes.data() + element * size, 2);
+    bits = half;
+  }
+  return bits;
+}
+
+std::string hex(std::uint32_t bits, std::size_t size) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%0*x", static_cast<int>(2 * size), bits);
+  return text;
+}
+
+// "" when the bytes are equal, else which elements differ: "q_out: 3 of 81920
+// elements differ, first at element 17: expected 0x3f80, found 0x3f81".
+std::string byte_difference(const std::string& name, std::size_t element_size,
+                            std::span<const std::byte> expected, std::span<const std::byte> found) {
+  if (expected.size() != found.size()) {
+    return name + ": " + std::to_string(expected.size()) + " bytes expected, " +
+           std::to_string(found.size()) + " found";
+  }
+  if (std::memcmp(expected.data(), found.data(), expected.size()) == 0) return "";
+  const std::size_t elements = expected.size() / element_size;
+  std::size_t differing = 0;
+  std::size_t first = 0;
+  for (std::size_t i = 0; i < elements; ++i) {
+    if (element_bits(expected, i, element_size) == element_bits(found, i, element_size)) continue;
+    if (differing++ == 0) first = i;
+  }
+  return name + ": " + std::to_string(differing) + " of " + std::to_string(elements) +
+         " elements differ, first at element " + std::to_string(first) + ": expected " +
+         hex(element_bits(expected, first, element_size), element_size) + ", found " +
+         hex(element_bits(found, first, element_size), element_size);
+}
+
+// "" when every output has the expected bytes, else the differences ("; "-joined).
+std::string outputs_difference(const Outputs& expected, const Outputs& found) {
+  std::string differences;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const std::string d = byte_difference(expected[i].name, npy_type_size(expected[i].array.type),
+                                          expected[i].array.data, found[i].array.data);
+    if (!d.empty()) differences += (differences.empty() ? "" : "; ") + d;
+  }
+  return differences;
+}
+
+// "" when each per-sample output of the sample alone has the bytes of its element in
+// the batch. Both layouts put the batch outermost, so the element is one byte range.
+std::string batch_difference(const Outputs& alone, const Outputs& batched) {
+  std::string differences;
+  for (std::size_t i = 0; i < alone.size(); ++i) {
+    if (!alone[i].per_sample) continue;
+    const std::span<const std::byte> sample = alone[i].array.data;
+    const std::span<const std::byte> element =
+        std::span<const std::byte>(batched[i].array.data)
+            .subspan(static_cast<std::size_t>(kSampleSlot) * sample.size(), sample.size());
+    const std::string d =
+        byte_difference(alone[i].name, npy_type_size(alone[i].array.type), sample, element);
+    if (!d.empty()) differences += (differences.empty() ? "" : "; ") + d;
+  }
+  return differences;
+}
+
+enum Check : std::size_t { kReferenceCheck, kBatchCheck, kThreadsCheck, kChecks };
+constexpr std::array<const char*, kChecks> kCheckNames{"reference", "batch", "threads"};
+
+struct Cell {
+  std::size_t variant = 0;
+  std::size_t config = 0;
+  std::size_t shape = 0;
+  std::array<std::string, kChecks> failures;  // "" where the check passed
+
+  bool pass() const {
+    return std::all_of(failures.begin(), failures.end(),
+                       [](const std::string& f) { return f.empty(); });
+  }
+};
+
+// "" when `check` returns "", else its reason; an exception is a reason too.
+std::string attempt(const std::function<std::string()>& check) {
+  try {
+    return check();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// The expected bytes of a case, computed once and shared by every variant.
+struct Expected {
+  Outputs outputs;
+  std::string error;  // why the reference could not give them, "" when it did
+};
+
+Expected reference_result(const Case& c) {
+  Expected expected;
+  expected.error = attempt([&] {
+    set_backend(kReferenceBackend);
+    expected.outputs = compute_on(std::string(kReferenceBackend), std::nullopt, c, false);
+    return std::string();
+  });
+  return expected;
+}
+
+// The three checks of one variant on one case.
+void verify_cell(const Variant& variant, const Case& c, const Expected& expected,
+                 const ThreadCounts& threads, Cell& cell) {
+  const auto run = [&](int thread_count, bool whole_batch) {
+    set_backend(variant.backend);
+    if (variant.isa) set_isa(*variant.isa);
+    set_num_threads(thread_count);
+    return compute_on(variant.backend, variant.isa, c, whole_batch);
+  };
+  std::optional<Outputs> sample;
+  cell.failures[kReferenceCheck] = attempt([&] {
+    sample = run(threads.main, false);
+    if (!expected.error.empty()) return "the reference backend failed: " + expected.error;
+    return outputs_difference(expected.outputs, *sample);
+  });
+  if (!sample) {
+    const std::string not_run = "not run: the sample's call failed";
+    cell.failures[kBatchCheck] = not_run;
+    cell.failures[kThreadsCheck] = not_run;
+    return;
+  }
+  cell.failures[kBatchCheck] = attempt([&] {
+    const std::string d = batch_difference(*sample, run(threads.main, true));
+    return d.empty() ? d
+                     : "element " + std::to_string(kSampleSlot) + " of a batch of " +
+                           std::to_string(kBatch) + " vs alone: " + d;
+  });
+  cell.failures[kThreadsCheck] = attempt([&] {
+    for (const int n : threads.others) {
+      const std::string d = outputs_difference(*sample, run(n, false));
+      if (!d.empty()) {
+        return thread_words(n) + " vs " + thread_words(threads.main) + ": " + d;
+      }
+    }
+    return std::string();
+  });
+}
+
+// Puts the backend override, ISA path and thread count back as they were.
+class SettingsGuard {
+ public:
+  SettingsGuard() : backend_(backend_override()), isa_(isa()), threads_(num_threads()) {}
+  ~SettingsGuard() {
+    set_backend(backend_);
+    set_isa(isa_);
+    set_num_threads(threads_);
+  }
+  SettingsGuard(const SettingsGuard&) = delete;
+  SettingsGuard& operator=(const SettingsGuard&) = delete;
+
+ private:
+  std::string backend_;
+  Isa isa_;
+  int threads_;
+};
+
+// "verify: [ 37/672] simd/avx2 qk_norm_rope backward bf16 half diffusers bhsd t2i_1328x1328",
+// one line per cell, or one line rewritten in place on a terminal.
+class Progress {
+ public:
+  Progress(std::ostream& out, bool terminal, std::size_t total)
+      : out_(out), terminal_(terminal), total_(total), width_(std::to_string(total).size()) {}
+
+  void step(const std::string& what) {
+    std::string count = std::to_string(++done_);
+    count.insert(0, width_ - count.size(), ' ');
+    out_ << (terminal_ ? "\r" : "") << "verify: [" << count << '/' << total_ << "] " << what
+         << (terminal_ ? "\x1b[K" : "\n") << std::flush;
+  }
+
+  void finish(double seconds) {
+    char line[96];
+    std::snprintf(line, sizeof line, "verify: %zu cells in %.1f s", done_, seconds);
+    out_ << (terminal_ ? "\r" : "") << line << (terminal_ ? "\x1b[K\n" : "\n") << std::flush;
+  }
+
+ private:
+  std::ostream& out_;
+  bool terminal_;
+  std::size_t total_;
+  std::size_t width_;
+  std::size_t done_ = 0;
+};
+
+struct Options {
+  bool quick = false;
+  std::vector<Shape> shapes;
+  std::optional<fs::path> json;
+};
+
+Options parse_options(const std::vector<std::string>& tokens) {
+  Options options;
+  // --quick takes no value, unlike every flag Args knows: it is taken out first.
+  std::vector<std::string> rest;
+  for (const std::string& t : tokens) {
+    if (t == kQuickFlag) {
+      options.quick = true;
+    } else {
+      rest.push_back(t);
+    }
+  }
+  const Args args(rest, kVerifyFlags);
+  if (const auto value = args.optional("--quick")) {
+    throw Error("--quick", "no value", single_quoted(*value));
+  }
+  const std::vector<Shape> known = options.quick ? quick_shapes() : issue_shapes();
+  const std::vector<std::string> asked = args.all("--shape");
+  for (const Shape& s : known) {
+    if (asked.empty() || std::find(asked.begin(), asked.end(), s.name) != asked.end()) {
+      options.shapes.push_back(s);
+    }
+  }
+  for (const std::string& name : asked) {
+    if (std::none_of(known.begin(), known.end(), [&](const Shape& s) { return s.name == name; })) {
+      std::string names;
+      for (const Shape& s : known) names += (names.empty() ? "" : ", ") + s.name;
+      throw Error("--shape", std::string("one of ") + names + (options.quick ? " (--quick)" : ""),
+                  single_quoted(name));
+    }
+  }
+  if (const auto json = args.optional("--json")) {
+    // Refused now rather than after the run.
+    const fs::path path(*json);
+    const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    std::error_code error;
+    if (path.filename().empty() || fs::is_directory(path, error) ||
+        !fs::is_directory(parent, error)) {
+      throw Error("--json", "a writable output path (a file in an existing directory)",
+                  single_quoted(*json));
+    }
+    options.json = path;
+  }
+  return options;
+}
+
+// A JSON string literal of `text`.
+std::string quoted(std::string_view text) {
+  std::string q = "\"";
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      q += '\\';
+      q += c;
+    } else if (u < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", u);
+      q += escaped;
+    } else {
+      q += c;
+    }
+  }
+  return q + '"';
+}
+
+template <class Enum>
+std::string quoted_or_null(const std::optional<Enum>& value, const char* (*name)(Enum)) {
+  return value ? quoted(name(*value)) : "null";
+}
+
+struct Matrix {
+  const Options* options = nullptr;
+  Backends backends;
+  std::vector<Config> configs;
+  ThreadCounts threads;
+  std::vector<Cell> cells;
+
+  std::size_t failed() const {
+    return static_cast<std::size_t>(
+        std::count_if(cells.begin(), cells.end(), [](const Cell& c) { return !c.pass(); }));
+  }
+};
+
+std::string cell_words(const Matrix& m, const Cell& cell) {
+  return m.backends.variants[cell.variant].label() + " " + config_words(m.configs[cell.config]) +
+         " " + m.options->shapes[cell.shape].name;
+}
+
+std::string json_document(const Matrix& m) {
+  std::ostringstream j;
+  j << "{\n  \"contract\": " << quoted(contract::kVersionString)
+    << ",\n  \"quick\": " << (m.options->quick ? "true" : "false") << ",\n  \"shapes\": [";
+  for (std::size_t s = 0; s < m.options->shapes.size(); ++s) {
+    const Shape& shape = m.options->shapes[s];
+    j << (s == 0 ? "\n" : ",\n") << "    {\"name\": " << quoted(shape.name)
+      << ", \"batch\": 1, \"heads\": " << shape.heads << ", \"head_dim\": " << kHeadDim
+      << ", \"text_len\": " << shape.text_len << ", \"images\": [";
+    for (std::size_t i = 0; i < shape.images.size(); ++i) {
+      j << (i == 0 ? "" : ", ") << "{\"height\": " << shape.images[i].height
+        << ", \"width\": " << shape.images[i].width << "}";
+    }
+    j << "]}";
+  }
+  j << "\n  ],\n  \"threads\": [" << m.threads.main;
+  for (const int n : m.threads.others) j << ", " << n;
+  j << "],\n  \"skipped_backends\": [";
+  for (std::size_t i = 0; i < m.backends.skipped.size(); ++i) {
+    j << (i == 0 ? "" : ", ") << "{\"backend\": " << quoted(m.backends.skipped[i].name)
+      << ", \"reason\": " << quoted(m.backends.skipped[i].reason) << "}";
+  }
+  j << "],\n  \"cells\": [";
+  for (std::size_t i = 0; i < m.cells.size(); ++i) {
+    const Cell& cell = m.cells[i];
+    const Variant& v = m.backends.variants[cell.variant];
+    const Config& c = m.configs[cell.config];
+    std::string detail;
+    for (std::size_t k = 0; k < kChecks; ++k) {
+      if (cell.failures[k].empty()) continue;
+      detail +=
+          (detail.empty() ? "" : "; ") + std::string(kCheckNames[k]) + ": " + cell.failures[k];
+    }
+    j << (i == 0 ? "\n" : ",\n") << "    {\"backend\": " << quoted(v.backend)
+      << ", \"isa\": " << quoted_or_null(v.isa, isa_name)
+      << ", \"op\": " << quoted(op_type_name(c.op))
+      << ", \"direction\": " << quoted(direction_name(c.direction))
+      << ", \"dtype\": " << quoted(dtype_name(c.dtype))
+      << ", \"pairing\": " << quoted_or_null(c.pairing, pairing_name)
+      << ", \"mode\": " << quoted_or_null(c.mode, norm_mode_name)
+      << ", \"layout\": " << quoted_or_null(c.layout, layout_name)
+      << ", \"shape\": " << quoted(m.options->shapes[cell.shape].name) << ", \"checks\": {";
+    for (std::size_t k = 0; k < kChecks; ++k) {
+      j << (k == 0 ? "" : ", ") << quoted(kCheckNames[k]) << ": "
+        << (cell.failures[k].empty() ? "\"PASS\"" : "\"FAIL\"");
+    }
+    j << "}, \"detail\": " << quoted(detail) << "}";
+  }
+  const std::size_t failed = m.failed();
+  j << "\n  ],\n  \"summary\": {\"cells\": " << m.cells.size()
+    << ", \"pass\": " << m.cells.size() - failed << ", \"fail\": " << failed << "}\n}\n";
+  return j.str();
+}
+
+std::string padded(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+// The table: one row per variant, op, direction and dtype; one column per shape; a
+// cell PASSes when every pairing, mode and layout passed all three checks. Then every
+// failing check, and the summary line.
+void print_report(const Matrix& m, std::ostream& out) {
+  const std::vector<Shape>& shapes = m.options->shapes;
+  const std::size_t rows = m.configs.empty() ? 0 : m.configs.back().row + 1;
+  // failures[(variant * rows + row) * shapes + shape]
+  std::vector<std::size_t> failures(m.backends.variants.size() * rows * shapes.size(), 0);
+  for (const Cell& cell : m.cells) {
+    if (cell.pass()) continue;
+    ++failures[(cell.variant * rows + m.configs[cell.config].row) * shapes.size() + cell.shape];
+  }
+  std::size_t variant_width = std::string("variant").size();
+  for (const Variant& v : m.backends.variants) {
+    variant_width = std::max(variant_width, v.label().size());
+  }
+  const std::size_t op_width = std::string(op_type_name(OpType::MultiAxisRope)).size();
+  const std::size_t direction_width = std::string("direction").size();
+  const std::size_t dtype_width = std::string("dtype").size();
+  std::string header = padded("variant", variant_width) + "  " + padded("op", op_width) + "  " +
+                       padded("direction", direction_width) + "  " + padded("dtype", dtype_width);
+  for (const Shape& s : shapes) header += "  " + s.name;
+  out << header << '\n';
+  for (std::size_t v = 0; v < m.backends.variants.size(); ++v) {
+    for (const Config& c : m.configs) {
+      if (&c != &m.configs.front() && (&c - 1)->row == c.row) continue;  // one line per row
+      std::string line = padded(m.backends.variants[v].label(), variant_width) + "  " +
+                         padded(op_type_name(c.op), op_width) + "  " +
+                         padded(direction_name(c.direction), direction_width) + "  " +
+                         padded(dtype_name(c.dtype), dtype_width);
+      for (std::size_t s = 0; s < shapes.size(); ++s) {
+        const bool pass = failures[(v * rows + c.row) * shapes.size() + s] == 0;
+        line += "  " + padded(pass ? "PASS" : "FAIL", shapes[s].name.size());
+      }
+      while (line.ends_with(' ')) line.pop_back();
+      out << line << '\n';
+    }
+  }
+  const std::size_t failed = m.failed();
+  if (failed > 0) {
+    out << "failures:\n";
+    for (const Cell& cell : m.cells) {
+      for (std::size_t k = 0; k < kChecks; ++k) {
+        if (cell.failures[k].empty()) continue;
+        out << "  " << cell_words(m, cell) << ": " << kCheckNames[k]
+            << " check: " << cell.failures[k] << '\n';
+      }
+    }
+  }
+  out << "verify: " << m.cells.size() << " cells, " << m.cells.size() - failed << " PASS, "
+      << failed << " FAIL\n";
+}
+
+}  // namespace
+
+int run_verify(const std::vector<std::string>& args, std::ostream& out, std::ostream& progress,
+               bool progress_is_terminal) {
+  const Options options = parse_options(args);
+  const SettingsGuard restore_settings;
+  Matrix m;
+  m.options = &options;
+  m.backends = backends_to_verify();
+  m.configs = all_configs();
+  m.threads = thread_counts();
+
+  std::string labels;
+  for (const Variant& v : m.backends.variants) {
+    labels += (labels.empty() ? "" : ", ") + v.label();
+  }
+  out << "kernel-align verify (" << contract::kVersionString << "): " << labels << " against "
+      << kReferenceBackend << "; " << m.configs.size() << " configurations x "
+      << options.shapes.size() << " shapes" << (options.quick ? " (--quick)" : "") << "; "
+      << thread_words(m.threads.main) << ", compared with";
+  for (std::size_t i = 0; i < m.threads.others.size(); ++i) {
+    out << (i == 0 ? " " : ", ") << m.threads.others[i];
+  }
+  out << '\n';
+  for (const SkippedBackend& s : m.backends.skipped) {
+    out << "  skipped backend " << s.name << ": unavailable: " << s.reason << '\n';
+  }
+  if (m.backends.variants.empty()) {
+    out << "verify: nothing to verify: no available CPU backend besides " << kReferenceBackend
+        << '\n';
+    return kExitSomeFail;
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  Progress bar(progress, progress_is_terminal,
+               m.backends.variants.size() * m.configs.size() * options.shapes.size());
+  for (std::size_t s = 0; s < options.shapes.size(); ++s) {
+    const ShapeTables tables = shape_tables(options.shapes[s]);
+    for (std::size_t c = 0; c < m.configs.size(); ++c) {
+      const Case one_case = make_case(m.configs[c], options.shapes[s], tables);
+      const Expected expected = reference_result(one_case);
+      for (std::size_t v = 0; v < m.backends.variants.size(); ++v) {
+        Cell& cell = m.cells.emplace_back(Cell{v, c, s, {}});
+        bar.step(cell_words(m, cell));
+        verify_cell(m.backends.variants[v], one_case, expected, m.threads, cell);
+      }
+    }
+  }
+  bar.finish(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+
+  std::stable_sort(m.cells.begin(), m.cells.end(), [](const Cell& a, const Cell& b) {
+    return std::tie(a.variant, a.config, a.shape) < std::tie(b.variant, b.config, b.shape);
+  });
+  print_report(m, out);
+  if (options.json) {
+    const std::string document = json_document(m);
+    const auto* bytes = reinterpret_cast<const std::byte*>(document.data());
+    write_outputs({{"--json", *options.json, {bytes, bytes + document.size()}}});
+  }
+  return m.failed() == 0 ? kExitAllPass : kExitSomeFail;
+}
+
+}  // namespace kernel_align::cli
