@@ -1,34 +1,60 @@
 #!/usr/bin/env python3
-"""kernel-align vs PyTorch (eager and torch.compile) on CPU, at the benchmark shapes.
+"""kernel-align vs PyTorch on CPU, at the benchmark shapes: the C++ benchmark, our ops
+through torch, the seed's formulas (eager and torch.compile) and diffusers' own code.
 
-    .venv/bin/python bench/compare_torch.py [--shapes ...] [--dtypes ...] [--threads ...]
-        [--ops ...] [--no-compile] [--compile-shapes ...] [--ours-json FILE] [--json F] [--csv F]
+    .venv/bin/python bench/compare_torch.py [--quick] [--shapes ...] [--dtypes ...]
+        [--threads ...] [--ops ...] [--impls ...] [--no-compile] [--compile-shapes ...]
+        [--ours-json FILE] [--torch-json FILE ...] [--save-torch F] [--json F] [--csv F]
 
-PyTorch side (the seed's eager formulas, diffusers' weighted RMSNorm):
-  qk_rmsnorm:      xf = x.float(); rstd = rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps);
-                   y = (xf * rstd).to(w.dtype) * w
-  multi_axis_rope: x1, x2 = x.float().chunk(2, -1);
-                   y = cat(x1*cos - x2*sin, x2*cos + x1*sin).to(dtype); cos/sin [S, 1, 64] fp32
-  qk_norm_rope:    per stream q, k: cat(norm(x[:, :T], w_text), norm(x[:, T:], w_image)) -> rope
-  backward:        torch.autograd.grad on a graph built once (retain_graph), w.r.t. x (and
-                   the weights); only the backward is timed.
-Each is timed eagerly and compiled (torch.compile, inductor CPU, dynamic=False, recompiled
-per thread count), under two allocator settings, each in its own child process (this script
-re-executes itself): glibc defaults, and GLIBC_TUNABLES=glibc.malloc.mmap_max=0 (large
-tensors come from the heap instead of fresh page-faulting mmaps).
+Implementations timed in torch, per op, dtype, shape and thread count (torch's and
+kernel-align's thread counts both set to it):
+  ka         kernel_align.qk_rmsnorm / multi_axis_rope / qk_norm_rope, as a user calls
+             them (norm mode "diffusers", interleaved pairs, bshd, tables from
+             kernel_align.rope_tables); backward through their registered autograd formulas.
+  ka_op      the raw torch.ops.kernel_align operators; backward calls the *_backward ops
+             directly (no autograd): the torch call closest to the C++ benchmark's.
+  eager      the seed's formulas (diffusers' weighted RMSNorm, rotate-half RoPE):
+               qk_rmsnorm:      xf = x.float(); rstd = rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps);
+                                y = (xf * rstd).to(w.dtype) * w
+               multi_axis_rope: x1, x2 = x.float().chunk(2, -1);
+                                y = cat(x1*cos - x2*sin, x2*cos + x1*sin).to(dtype); cos/sin [S, 1, 64] fp32
+               qk_norm_rope:    per stream q, k: cat(norm(x[:, :T], w_text), norm(x[:, T:], w_image)) -> rope
+  compile    torch.compile of those formulas (inductor CPU, dynamic=False, recompiled per
+             thread count).
+  diffusers  what diffusers' QwenDoubleStreamAttnProcessor2_0 runs: its RMSNorm modules
+             (weights in the tensors' dtype) and apply_rotary_emb_qwen(use_real=False) with
+             QwenEmbedRope's complex frequencies. qk_rmsnorm / multi_axis_rope: one module,
+             one RoPE over the joint sequence; qk_norm_rope: norm_added_q/k on the text
+             stream and norm_q/k on the image stream, each a tensor of its own as the
+             projections make them, then RoPE of each with txt_freqs / img_freqs. The
+             [text, image] concatenation after it is left out: our processor concatenates
+             once too (before the fused op), so it costs both the same.
+Every backward (all but ka_op) is torch.autograd.grad on a graph built once (retain_graph)
+w.r.t. the inputs and the weights; only the backward is timed. qk_rmsnorm uses the image-q
+weight, as the C++ benchmark does.
 
-kernel-align side: the Google Benchmark binary (bench/kernel_align_bench) is run with a
-filter for the same ops, dtypes, shapes and thread counts on the best CPU path, or its JSON
-is read from --ours-json. Note: our RoPE cases use diffusers' interleaved pairs (the torch
-formula above is rotate-half); both move the same bytes with the same flops.
+Each allocator setting runs in its own child process (this script re-executes itself):
+glibc defaults, and GLIBC_TUNABLES=glibc.malloc.mmap_max=0 ("tuned": large tensors come
+from the heap instead of fresh page-faulting mmaps each call). torch.compile is timed
+under --compile-allocators only.
 
-Ratios printed are torch time / our time (> 1: ours is faster).
+C++ side: the Google Benchmark binary (bench/kernel_align_bench) is run with a filter for
+the same ops, dtypes, shapes and thread counts on the best CPU path, or its JSON is read
+from --ours-json. Its loop allocates nothing, so the allocator does not matter to it.
+
+Printed (all in --json / --csv, one row per op, dtype, shape, thread count):
+  1. torch / C++ benchmark time, with the issue's targets (eager tuned, compile);
+  2. same process and thread count: eager, compile, diffusers over ka (per allocator);
+  3. binding overhead: ka and ka_op time / C++ time - 1, flagged at >= 3%.
+Ratios are the other time over ours (> 1: ours is faster). Our RoPE pairs are
+interleaved (diffusers'), the seed formula's rotate-half: same bytes, same flops.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import statistics
@@ -36,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,7 +71,7 @@ sys.path.insert(0, str(HERE))
 import summarize  # noqa: E402
 
 HEADS, HEAD_DIM, TEXT_LEN, EPS = 24, 128, 256, 1e-6
-SHAPES = {  # name -> images as (width_px, height_px)
+SHAPES = {  # name -> images as (width_px, height_px); names as in kernel_align_bench.cpp
     "t2i_1024x1024": [(1024, 1024)],
     "t2i_1328x1328": [(1328, 1328)],
     "t2i_1664x928": [(1664, 928)],
@@ -53,19 +80,39 @@ SHAPES = {  # name -> images as (width_px, height_px)
 DTYPES = ["fp32", "bf16", "fp16"]
 OPS = ["qk_rmsnorm_fwd", "qk_rmsnorm_bwd", "multi_axis_rope_fwd", "multi_axis_rope_bwd",
        "qk_norm_rope_fwd", "qk_norm_rope_bwd"]
+IMPLS = ["ka", "ka_op", "eager", "diffusers", "compile"]  # timed in this order
 ALLOCATORS = {"default": None, "tuned": "glibc.malloc.mmap_max=0"}
 # The issue's targets: ours vs eager torch with the tuned allocator, and vs torch.compile.
 TARGET_EAGER = {"bf16": 5.0, "fp32": 2.5}
 TARGET_COMPILE = 1.2
+# Binding overhead (torch op time over the C++ call) from which a row is flagged.
+OVERHEAD_FLAG_PCT = 3.0
+
+# Timed calls per case after one warm-up: (min, max, seconds after which to stop once
+# min is reached). Our ops are 10-50x faster than eager torch, so they get more samples
+# for little time: their medians feed the few-percent binding-overhead estimate.
+TIMING = {"torch": (3, 25, 1.0), "ka": (7, 60, 1.0)}
+QUICK_TIMING = {"torch": (2, 2, 0.0), "ka": (3, 5, 0.2)}
+# --quick: one small shape, one dtype, one thread, few repetitions (a smoke run).
+QUICK_DEFAULTS = dict(shapes=["t2i_1024x1024"], dtypes=["bf16"], threads=[1], reps=1,
+                      min_time="0.05")
+FULL_DEFAULTS = dict(shapes=list(SHAPES), dtypes=DTYPES, threads=sorted({1, os.cpu_count() or 1}),
+                     reps=3, min_time="0.3")
 
 
 # ---------------------------------------------------------------------------------------
-# PyTorch side (child process)
+# PyTorch side (child process). torch, kernel_align and diffusers are imported here only:
+# the parent process needs none of them.
 
-def positions(images):
+def image_grids(shape):
+    """(height, width) in latent tokens of each image (VAE /8, then 2x2 patches)."""
+    return [(h // 16, w // 16) for (w, h) in SHAPES[shape]]
+
+
+def positions(shape):
     """diffusers' Qwen-Image positions [S, 3]: text (m+j on all axes), then images."""
     import torch
-    grids = [(h // 16, w // 16) for (w, h) in images]
+    grids = image_grids(shape)
     m = max(max(h // 2, w // 2) for h, w in grids)
     rows = [torch.arange(TEXT_LEN).unsqueeze(1).repeat(1, 3) + m]
     for k, (h, w) in enumerate(grids):
@@ -78,6 +125,7 @@ def positions(images):
 
 
 def tables(pos):
+    """The seed formula's fp32 cos/sin [S, 1, 64], broadcast over heads."""
     import torch
     cols = []
     for a, dim in enumerate((16, 56, 56)):
@@ -110,8 +158,173 @@ def norm_rope(q, k, wtq, wtk, wiq, wik, cos, sin):
     return one(q, wtq, wiq), one(k, wtk, wik)
 
 
-def time_ms(fn, min_reps=3, max_reps=25, budget_s=1.0):
-    fn()  # warm-up (and, compiled, the compile)
+@dataclass
+class Tensors:
+    """The inputs of one (shape, dtype), shared by every implementation."""
+    q: object  # [1, S, H, D]
+    k: object
+    dq: object  # output gradients of the backward cases
+    dk: object
+    weights: list  # text q, text k, image q, image k: [D], the tensors' dtype
+    seed_cos: object  # the seed formula's tables, fp32 [S, 1, D/2]
+    seed_sin: object
+    cos: object = None  # kernel_align.rope_tables, fp32 [S, D/2] (ka, ka_op)
+    sin: object = None
+    txt_freqs: object = None  # QwenEmbedRope's complex64 [T, D/2] and [S - T, D/2] (diffusers)
+    img_freqs: object = None
+
+
+def make_tensors(shape, dtype, impls) -> Tensors:
+    import torch
+    pos = positions(shape)
+    seq = pos.shape[0]
+
+    def uniform(*size, lo=-2.0, hi=2.0):
+        return torch.empty(*size).uniform_(lo, hi).to(dtype)
+
+    q, k, dq, dk = (uniform(1, seq, HEADS, HEAD_DIM) for _ in range(4))
+    weights = [uniform(HEAD_DIM, lo=0.5, hi=1.5) for _ in range(4)]
+    t = Tensors(q, k, dq, dk, weights, *tables(pos))
+    img_shapes = [[(1, h, w) for h, w in image_grids(shape)]]  # a batch of one sample
+    if {"ka", "ka_op"} & set(impls):
+        import kernel_align as ka
+        t.cos, t.sin = ka.rope_tables(ka.qwen_image_rope_positions(img_shapes, TEXT_LEN))
+    if "diffusers" in impls:
+        from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+        # As QwenImageTransformer2DModel builds it (axes_dims_rope (16, 56, 56)).
+        embed = QwenEmbedRope(theta=10000, axes_dim=[16, 56, 56], scale_rope=True)
+        t.img_freqs, t.txt_freqs = embed(img_shapes, torch.device("cpu"), max_txt_seq_len=TEXT_LEN)
+    return t
+
+
+def leaves(tensors, requires_grad):
+    """Leaf tensors of a graph (sharing the inputs' storage)."""
+    return [x.detach().requires_grad_(requires_grad) for x in tensors]
+
+
+# A graph builder takes (op without _fwd/_bwd, Tensors, requires_grad) and returns
+# (forward: () -> tuple of outputs, leaves to differentiate, output gradients).
+
+def formula_graph(norm, rope_fn, norm_rope_fn):
+    """The seed's formulas, eager or compiled."""
+    def graph(base, t, requires_grad):
+        if base == "qk_rmsnorm":
+            x, w = leaves((t.q, t.weights[2]), requires_grad)
+            return (lambda: (norm(x, w),)), [x, w], (t.dq,)
+        if base == "multi_axis_rope":
+            (x,) = leaves((t.q,), requires_grad)
+            return (lambda: (rope_fn(x, t.seed_cos, t.seed_sin),)), [x], (t.dq,)
+        q, k, *ws = leaves((t.q, t.k, *t.weights), requires_grad)
+        return (lambda: norm_rope_fn(q, k, *ws, t.seed_cos, t.seed_sin)), [q, k, *ws], (t.dq, t.dk)
+    return graph
+
+
+def ka_graph(base, t, requires_grad):
+    """kernel_align's Python functions (the custom ops with their autograd formulas)."""
+    import kernel_align as ka
+    if base == "qk_rmsnorm":
+        x, w = leaves((t.q, t.weights[2]), requires_grad)
+        return (lambda: (ka.qk_rmsnorm(x, w, eps=EPS, mode="diffusers"),)), [x, w], (t.dq,)
+    if base == "multi_axis_rope":
+        (x,) = leaves((t.q,), requires_grad)
+        return (lambda: (ka.multi_axis_rope(x, t.cos, t.sin),)), [x], (t.dq,)
+    q, k, *ws = leaves((t.q, t.k, *t.weights), requires_grad)
+
+    def forward():
+        return ka.qk_norm_rope(q, k, t.cos, t.sin, text_len=TEXT_LEN, text_q_weight=ws[0],
+                               text_k_weight=ws[1], image_q_weight=ws[2], image_k_weight=ws[3],
+                               eps=EPS, mode="diffusers")
+    return forward, [q, k, *ws], (t.dq, t.dk)
+
+
+def diffusers_graph(base, t, requires_grad):
+    """diffusers' RMSNorm modules and apply_rotary_emb_qwen, as its processor calls them."""
+    import torch
+    from diffusers.models.normalization import RMSNorm
+    from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
+
+    def module(weight):
+        norm = RMSNorm(HEAD_DIM, eps=EPS)
+        norm.weight = torch.nn.Parameter(weight.detach(), requires_grad=requires_grad)
+        return norm
+
+    if base == "qk_rmsnorm":
+        (x,) = leaves((t.q,), requires_grad)
+        norm = module(t.weights[2])
+        return (lambda: (norm(x),)), [x, norm.weight], (t.dq,)
+    if base == "multi_axis_rope":
+        (x,) = leaves((t.q,), requires_grad)
+        freqs = torch.cat([t.txt_freqs, t.img_freqs])  # the joint [text, image] order
+        return (lambda: (apply_rotary_emb_qwen(x, freqs, use_real=False),)), [x], (t.dq,)
+    # qk_norm_rope: text q, image q, text k, image k, each its own tensor (as the
+    # projections make them, so no slicing shows up in the backward).
+    text, image = slice(None, TEXT_LEN), slice(TEXT_LEN, None)
+    streams = leaves((t.q[:, text], t.q[:, image], t.k[:, text], t.k[:, image]), requires_grad)
+    norms = [module(t.weights[i]) for i in (0, 2, 1, 3)]  # norm_added_q, norm_q, norm_added_k, norm_k
+    freqs = (t.txt_freqs, t.img_freqs, t.txt_freqs, t.img_freqs)
+
+    def forward():
+        return tuple(apply_rotary_emb_qwen(norm(x), f, use_real=False)
+                     for norm, x, f in zip(norms, streams, freqs))
+    grads = (t.dq[:, text], t.dq[:, image], t.dk[:, text], t.dk[:, image])
+    return forward, streams + [n.weight for n in norms], grads
+
+
+def graph_case(graph):
+    """Callable to time: the forward, or for a _bwd op the backward of a graph built once."""
+    def case(op, t):
+        import torch
+        base, direction = op.rsplit("_", 1)
+        forward, inputs, grad_outputs = graph(base, t, requires_grad=direction == "bwd")
+        if direction == "fwd":
+            return forward
+        outputs = forward()
+        return lambda: torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True)
+    return case
+
+
+def ka_op_case(op, t):
+    """The raw operators, forward and backward, with the C++ benchmark's arguments."""
+    import torch
+    ops = torch.ops.kernel_align
+    opts = (EPS, "diffusers")
+    rope_opts = ("interleaved", "bshd")
+    fused = (*t.weights, t.cos, t.sin, TEXT_LEN, *opts, *rope_opts)
+    calls = {
+        "qk_rmsnorm_fwd": lambda: ops.qk_rmsnorm(t.q, t.weights[2], *opts, None),
+        "qk_rmsnorm_bwd": lambda: ops.qk_rmsnorm_backward(t.q, t.dq, t.weights[2], *opts, True),
+        "multi_axis_rope_fwd": lambda: ops.multi_axis_rope(t.q, t.cos, t.sin, *rope_opts),
+        "multi_axis_rope_bwd": lambda: ops.multi_axis_rope_backward(t.dq, t.cos, t.sin, *rope_opts),
+        "qk_norm_rope_fwd": lambda: ops.qk_norm_rope(t.q, t.k, *fused, None),
+        "qk_norm_rope_bwd": lambda: ops.qk_norm_rope_backward(t.q, t.k, t.dq, t.dk, *fused,
+                                                              [True] * 4),
+    }
+    return calls[op]
+
+
+def case_builders(impls, compile_now):
+    """impl name -> (op, Tensors) -> callable, for the current thread count."""
+    import torch
+    builders = {}
+    for impl in impls:
+        if impl == "ka":
+            builders[impl] = graph_case(ka_graph)
+        elif impl == "ka_op":
+            builders[impl] = ka_op_case
+        elif impl == "eager":
+            builders[impl] = graph_case(formula_graph(rms, rope, norm_rope))
+        elif impl == "diffusers":
+            builders[impl] = graph_case(diffusers_graph)
+        elif impl == "compile" and compile_now:
+            torch._dynamo.reset()  # inductor bakes the thread count into its code
+            builders[impl] = graph_case(formula_graph(
+                *(torch.compile(f, dynamic=False) for f in (rms, rope, norm_rope))))
+    return builders
+
+
+def time_ms(fn, min_reps, max_reps, budget_s):
+    """Median wall time of fn in ms, after one untimed call (for compile: the compile)."""
+    fn()
     samples = []
     t_start = time.perf_counter()
     while len(samples) < min_reps or (len(samples) < max_reps
@@ -122,77 +335,48 @@ def time_ms(fn, min_reps=3, max_reps=25, budget_s=1.0):
     return statistics.median(samples)
 
 
-def make_case(op, x, k, ws, cos, sin, dy, dk, fn_norm, fn_rope, fn_nr):
-    """A callable timing one op; backward cases build their graph once."""
-    import torch
-    if op == "qk_rmsnorm_fwd":
-        return lambda: fn_norm(x, ws[2])
-    if op == "multi_axis_rope_fwd":
-        return lambda: fn_rope(x, cos, sin)
-    if op == "qk_norm_rope_fwd":
-        return lambda: fn_nr(x, k, *ws, cos, sin)
-    if op == "qk_rmsnorm_bwd":
-        xr, wr = x.detach().requires_grad_(), ws[2].detach().requires_grad_()
-        y = fn_norm(xr, wr)
-        return lambda: torch.autograd.grad(y, (xr, wr), dy, retain_graph=True)
-    if op == "multi_axis_rope_bwd":
-        xr = x.detach().requires_grad_()
-        y = fn_rope(xr, cos, sin)
-        return lambda: torch.autograd.grad(y, (xr,), dy, retain_graph=True)
-    if op == "qk_norm_rope_bwd":
-        qr, kr = x.detach().requires_grad_(), k.detach().requires_grad_()
-        wr = [w.detach().requires_grad_() for w in ws]
-        yq, yk = fn_nr(qr, kr, *wr, cos, sin)
-        return lambda: torch.autograd.grad((yq, yk), (qr, kr, *wr), (dy, dk), retain_graph=True)
-    raise ValueError(op)
-
-
 def child(args) -> int:
     import torch
     torch.manual_seed(0)
     tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    timing = QUICK_TIMING if args.quick else TIMING
+    uses_ka = bool({"ka", "ka_op"} & set(args.impls))
+    if uses_ka:
+        import kernel_align as ka
     results = []
     compile_shapes = set(args.compile_shapes or args.shapes)
     for shape in args.shapes:
-        pos = positions(SHAPES[shape])
-        cos, sin = tables(pos)
-        seq = pos.shape[0]
         for dname in args.dtypes:
-            dt = tdt[dname]
-            x = torch.empty(1, seq, HEADS, HEAD_DIM).uniform_(-2, 2).to(dt)
-            k = torch.empty(1, seq, HEADS, HEAD_DIM).uniform_(-2, 2).to(dt)
-            dy = torch.empty(1, seq, HEADS, HEAD_DIM).uniform_(-2, 2).to(dt)
-            dk = torch.empty(1, seq, HEADS, HEAD_DIM).uniform_(-2, 2).to(dt)
-            ws = [torch.empty(HEAD_DIM).uniform_(0.5, 1.5).to(dt) for _ in range(4)]
+            tensors = make_tensors(shape, tdt[dname], args.impls)
             for threads in args.threads:
                 torch.set_num_threads(threads)
-                impls = [("eager", rms, rope, norm_rope)]
-                if not args.no_compile and shape in compile_shapes:
-                    torch._dynamo.reset()  # inductor bakes the thread count into its code
-                    impls.append(("compile", torch.compile(rms, dynamic=False),
-                                  torch.compile(rope, dynamic=False),
-                                  torch.compile(norm_rope, dynamic=False)))
-                for impl, fn_norm, fn_rope, fn_nr in impls:
+                if uses_ka:
+                    ka.set_num_threads(threads)  # our pool is separate from torch's
+                builders = case_builders(args.impls, compile_now=shape in compile_shapes)
+                for impl, build in builders.items():
+                    reps = timing["ka" if impl.startswith("ka") else "torch"]
                     for op in args.ops:
                         try:
                             t0 = time.perf_counter()
-                            case = make_case(op, x, k, ws, cos, sin, dy, dk, fn_norm, fn_rope,
-                                             fn_nr)
-                            ms = time_ms(case)
+                            case = build(op, tensors)
+                            ms = time_ms(case, *reps)
                             setup = time.perf_counter() - t0
                         except Exception as e:  # report, keep going
                             print(f"compare_torch: {impl} {op} {dname} {shape} t={threads}: {e}",
                                   file=sys.stderr)
                             continue
                         del case
-                        results.append(dict(op=op, dtype=dname, shape=shape, threads=threads,
-                                            impl=impl, allocator=args.allocator, ms=ms))
+                        result = dict(op=op, dtype=dname, shape=shape, threads=threads,
+                                      impl=impl, allocator=args.allocator, ms=ms)
+                        if impl.startswith("ka"):
+                            result["isa"] = ka.last_call().isa  # to match the C++ path
+                        results.append(result)
                         with open(args.child_out + ".partial", "a") as f:
-                            f.write(json.dumps(results[-1]) + "\n")
-                        print(f"  [{args.allocator}] {impl:7s} {op:20s} {dname} {shape:28s} "
+                            f.write(json.dumps(result) + "\n")
+                        print(f"  [{args.allocator}] {impl:9s} {op:20s} {dname} {shape:28s} "
                               f"t={threads}: {ms:8.2f} ms (setup+timing {setup:.1f} s)",
                               file=sys.stderr, flush=True)
-            del x, k, dy, dk, ws
+            del tensors
     with open(args.child_out, "w") as f:
         json.dump(dict(torch=torch.__version__, glibc_tunables=os.environ.get("GLIBC_TUNABLES", ""),
                        results=results), f)
@@ -200,7 +384,7 @@ def child(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# Our side
+# C++ side
 
 def run_ours(args) -> str:
     bench = Path(args.bench)
@@ -233,13 +417,159 @@ def best_path(cases, context):
 
 
 # ---------------------------------------------------------------------------------------
+# Timing in children, combining, printing
+
+def time_torch(args) -> list:
+    """Every torch-side timing, one child process per allocator setting."""
+    rows = []
+    for alloc in args.allocators:
+        env = dict(os.environ)
+        env.pop("GLIBC_TUNABLES", None)
+        if ALLOCATORS[alloc]:
+            env["GLIBC_TUNABLES"] = ALLOCATORS[alloc]
+        out = tempfile.NamedTemporaryFile(prefix=f"ka-torch-{alloc}-", suffix=".json",
+                                          delete=False).name
+        impls = [i for i in args.impls
+                 if i != "compile" or (not args.no_compile and alloc in args.compile_allocators)]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child-out", out,
+               "--allocator", alloc, "--shapes", *args.shapes, "--dtypes", *args.dtypes,
+               "--threads", *map(str, args.threads), "--ops", *args.ops, "--impls", *impls]
+        if args.compile_shapes:
+            cmd += ["--compile-shapes", *args.compile_shapes]
+        if args.quick:
+            cmd.append("--quick")
+        print(f"compare_torch: timing torch, allocator {alloc} "
+              f"(GLIBC_TUNABLES={env.get('GLIBC_TUNABLES', '')!r})", file=sys.stderr, flush=True)
+        subprocess.run(cmd, check=True, env=env)
+        with open(out) as f:
+            rows += json.load(f)["results"]
+    return rows
+
+
+def ratio(num, den):
+    return num / den if den else float("nan")  # a NaN operand gives NaN
+
+
+def comparison_rows(args, torch_rows, cases, path) -> list:
+    """One row per (op, dtype, shape, threads) with every time and ratio."""
+    t = {(r["op"], r["dtype"], r["shape"], r["threads"], r["impl"], r["allocator"]): r["ms"]
+         for r in torch_rows}
+    nan = float("nan")
+    rows = []
+    for shape in args.shapes:
+        for dtype in args.dtypes:
+            for op in args.ops:
+                for threads in args.threads:
+                    def get(impl, alloc):
+                        return t.get((op, dtype, shape, threads, impl, alloc), nan)
+
+                    c = cases.get((op, dtype, shape, path, threads))
+                    cpp = c.med("ms") if c and not c.error else nan
+                    row = dict(op=op, dtype=dtype, shape=shape, threads=threads, path=path,
+                               cpp_ms=cpp)
+                    for alloc in ALLOCATORS:
+                        for impl in ("ka", "ka_op", "eager", "diffusers"):
+                            row[f"{impl}_{alloc}_ms"] = get(impl, alloc)
+                    # compile under the tuned allocator, else under the default one
+                    compile_alloc = "default" if math.isnan(get("compile", "tuned")) else "tuned"
+                    row["compile_allocator"] = compile_alloc
+                    row["compile_ms"] = get("compile", compile_alloc)
+                    # 1. torch over the C++ benchmark
+                    for alloc in ALLOCATORS:
+                        row[f"eager_{alloc}_over_cpp"] = ratio(row[f"eager_{alloc}_ms"], cpp)
+                    row["compile_over_cpp"] = ratio(row["compile_ms"], cpp)
+                    # 2. same process and allocator: torch over our torch op
+                    for alloc in ALLOCATORS:
+                        ka_ms = row[f"ka_{alloc}_ms"]
+                        for impl in ("eager", "diffusers"):
+                            row[f"{impl}_{alloc}_over_ka"] = ratio(row[f"{impl}_{alloc}_ms"], ka_ms)
+                    row["compile_over_ka"] = ratio(row["compile_ms"], row[f"ka_{compile_alloc}_ms"])
+                    # 3. binding overhead of our torch ops over the C++ call
+                    for alloc in ALLOCATORS:
+                        for impl in ("ka", "ka_op"):
+                            row[f"{impl}_{alloc}_overhead_pct"] = \
+                                100.0 * (ratio(row[f"{impl}_{alloc}_ms"], cpp) - 1.0)
+                    rows.append(row)
+    return rows
+
+
+def print_vs_cpp(rows):
+    f = summarize.fmt
+    print("### torch vs the C++ benchmark")
+    print()
+    print("Targets: vs eager (tuned allocator) >= 5x bf16, >= 2.5x fp32; vs torch.compile >= 1.2x.")
+    print()
+    print("| op | dtype | shape | threads | C++ ms | eager ms (default alloc) | eager ms (tuned) "
+          "| compile ms | eager/C++ (default) | eager/C++ (tuned) | compile/C++ | targets |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        verdicts = []
+        te = TARGET_EAGER.get(r["dtype"])
+        if te is not None and not math.isnan(r["eager_tuned_over_cpp"]):
+            verdicts.append(f"eager {'met' if r['eager_tuned_over_cpp'] >= te else 'NOT met'} (>= {te}x)")
+        if not math.isnan(r["compile_over_cpp"]):
+            verdicts.append(f"compile {'met' if r['compile_over_cpp'] >= TARGET_COMPILE else 'NOT met'}"
+                            f" (>= {TARGET_COMPILE}x)")
+        print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | {f(r['cpp_ms'])} | "
+              f"{f(r['eager_default_ms'])} | {f(r['eager_tuned_ms'])} | {f(r['compile_ms'])} | "
+              f"{f(r['eager_default_over_cpp'])} | {f(r['eager_tuned_over_cpp'])} | "
+              f"{f(r['compile_over_cpp'])} | {'; '.join(verdicts) or '-'} |")
+
+
+def print_same_process(rows, allocators):
+    f = summarize.fmt
+    print("### Same process and thread count: torch time / our torch-op time (ka)")
+    print()
+    print("| op | dtype | shape | threads | allocator | ka ms | eager ms | compile ms "
+          "| diffusers ms | eager/ka | compile/ka | diffusers/ka |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        for alloc in allocators:
+            compiled = alloc == r["compile_allocator"]
+            print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | {alloc} | "
+                  f"{f(r[f'ka_{alloc}_ms'])} | {f(r[f'eager_{alloc}_ms'])} | "
+                  f"{f(r['compile_ms']) if compiled else 'n/a'} | {f(r[f'diffusers_{alloc}_ms'])} | "
+                  f"{f(r[f'eager_{alloc}_over_ka'])} | "
+                  f"{f(r['compile_over_ka']) if compiled else 'n/a'} | "
+                  f"{f(r[f'diffusers_{alloc}_over_ka'])} |")
+
+
+def print_overhead(rows, allocators):
+    f = summarize.fmt
+
+    def pct(v):
+        if math.isnan(v):
+            return "n/a"
+        return f"{v:+.1f}%" + (" **>= 3%**" if v >= OVERHEAD_FLAG_PCT else "")
+
+    print("### Binding overhead: torch-op time / C++ benchmark time - 1")
+    print()
+    print("ka: kernel_align.* (backward through autograd); ka_op: torch.ops.kernel_align.* "
+          "(backward ops called directly). Both allocate their outputs each call; the C++ "
+          "loop writes into preallocated buffers.")
+    print()
+    print("| op | dtype | shape | threads | allocator | C++ ms | ka ms | ka overhead "
+          "| ka_op ms | ka_op overhead |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        for alloc in allocators:
+            print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | {alloc} | "
+                  f"{f(r['cpp_ms'])} | {f(r[f'ka_{alloc}_ms'])} | "
+                  f"{pct(r[f'ka_{alloc}_overhead_pct'])} | {f(r[f'ka_op_{alloc}_ms'])} | "
+                  f"{pct(r[f'ka_op_{alloc}_overhead_pct'])} |")
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    ap.add_argument("--dtypes", nargs="+", default=DTYPES, choices=DTYPES)
-    ap.add_argument("--threads", nargs="+", type=int, default=sorted({1, os.cpu_count() or 1}))
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: t2i_1024x1024, bf16, 1 thread, few repetitions "
+                         "(explicit --shapes/--dtypes/--threads/--reps/--min-time still apply)")
+    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), help="default: all")
+    ap.add_argument("--dtypes", nargs="+", choices=DTYPES, help="default: all")
+    ap.add_argument("--threads", nargs="+", type=int, help="default: 1 and all cores")
     ap.add_argument("--ops", nargs="+", default=OPS, choices=OPS)
+    ap.add_argument("--impls", nargs="+", default=IMPLS, choices=IMPLS,
+                    help="torch-side implementations to time (default: all)")
     ap.add_argument("--allocators", nargs="+", default=list(ALLOCATORS), choices=list(ALLOCATORS))
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--compile-shapes", nargs="+", choices=list(SHAPES),
@@ -249,103 +579,55 @@ def main(argv=None) -> int:
     ap.add_argument("--ours-json", nargs="+", help="kernel_align_bench JSON instead of running it")
     ap.add_argument("--bench", default=str(ROOT / "build/bench/bench/kernel_align_bench"))
     ap.add_argument("--path", help="our path to compare (default: cpu-<best_isa>)")
-    ap.add_argument("--reps", type=int, default=3, help="our repetitions (median)")
-    ap.add_argument("--min-time", default="0.3")
-    ap.add_argument("--torch-json", nargs="+", help="reuse child JSON files instead of timing torch")
-    ap.add_argument("--save-torch", help="keep the torch timings (JSON) here")
-    ap.add_argument("--json", help="write the comparison rows as JSON")
+    ap.add_argument("--reps", type=int, help="C++ benchmark repetitions, median (default 3)")
+    ap.add_argument("--min-time", help="C++ benchmark min time per repetition (default 0.3)")
+    ap.add_argument("--torch-json", nargs="+", help="reuse torch timings (--save-torch files)")
+    ap.add_argument("--save-torch", help="keep the torch-side timings (JSON) here")
+    ap.add_argument("--json", help="write every timing, the C++ cases and the rows as JSON")
     ap.add_argument("--csv", help="write the comparison rows as CSV")
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     ap.add_argument("--allocator", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    for name, value in (QUICK_DEFAULTS if args.quick else FULL_DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
 
     if args.child_out:
         return child(args)
 
-    # Torch timings, one child per allocator setting.
-    torch_rows = []
     if args.torch_json:
+        torch_rows = []
         for p in args.torch_json:
             with open(p) as f:
                 torch_rows += json.load(f)["results"]
     else:
-        for alloc in args.allocators:
-            env = dict(os.environ)
-            env.pop("GLIBC_TUNABLES", None)
-            if ALLOCATORS[alloc]:
-                env["GLIBC_TUNABLES"] = ALLOCATORS[alloc]
-            out = tempfile.NamedTemporaryFile(prefix=f"ka-torch-{alloc}-", suffix=".json",
-                                              delete=False).name
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child-out", out,
-                   "--allocator", alloc, "--shapes", *args.shapes, "--dtypes", *args.dtypes,
-                   "--threads", *map(str, args.threads), "--ops", *args.ops]
-            if args.no_compile or alloc not in args.compile_allocators:
-                cmd.append("--no-compile")
-            elif args.compile_shapes:
-                cmd += ["--compile-shapes", *args.compile_shapes]
-            print(f"compare_torch: timing torch, allocator {alloc} "
-                  f"(GLIBC_TUNABLES={env.get('GLIBC_TUNABLES', '')!r})", file=sys.stderr, flush=True)
-            subprocess.run(cmd, check=True, env=env)
-            with open(out) as f:
-                torch_rows += json.load(f)["results"]
+        torch_rows = time_torch(args)
         if args.save_torch:
             with open(args.save_torch, "w") as f:
                 json.dump(dict(results=torch_rows), f)
 
-    # Our timings.
     ours_files = args.ours_json or [run_ours(args)]
     cases, context = summarize.load(ours_files)
     path = args.path or best_path(cases, context)
+    rows = comparison_rows(args, torch_rows, cases, path)
+    allocators = [a for a in ALLOCATORS if a in args.allocators]
 
-    def prefer(a, b):
-        return a if a == a else b  # a unless NaN
-
-    t = {}
-    for r in torch_rows:
-        t[(r["op"], r["dtype"], r["shape"], r["threads"], r["impl"], r["allocator"])] = r["ms"]
-
-    rows = []
-    for shape in args.shapes:
-        for dtype in args.dtypes:
-            for op in args.ops:
-                for threads in args.threads:
-                    c = cases.get((op, dtype, shape, path, threads))
-                    ours = c.med("ms") if c and not c.error else float("nan")
-                    get = lambda impl, alloc: t.get((op, dtype, shape, threads, impl, alloc),
-                                                    float("nan"))
-                    row = dict(op=op, dtype=dtype, shape=shape, threads=threads, path=path,
-                               ours_ms=ours,
-                               eager_default_ms=get("eager", "default"),
-                               eager_tuned_ms=get("eager", "tuned"),
-                               compile_ms=prefer(get("compile", "tuned"),
-                                                 get("compile", "default")))
-                    row["eager_default_over_ours"] = row["eager_default_ms"] / ours
-                    row["eager_tuned_over_ours"] = row["eager_tuned_ms"] / ours
-                    row["compile_over_ours"] = row["compile_ms"] / ours
-                    rows.append(row)
-
-    f = summarize.fmt
-    print(f"kernel-align path: {path}; torch ratios are torch time / our time (> 1: ours faster).")
-    print("Targets: vs eager (tuned allocator) >= 5x bf16, >= 2.5x fp32; vs torch.compile >= 1.2x.")
+    print(f"kernel-align C++ path: {path}; ratios are the other time / ours (> 1: ours faster).")
+    isas = sorted({r["isa"] for r in torch_rows if "isa" in r})
+    if isas and [f"cpu-{i}" for i in isas] != [path]:
+        print(f"Note: our torch ops ran on {', '.join(isas)}, the C++ cases on {path}.")
     print()
-    print("| op | dtype | shape | threads | ours ms | eager ms (default alloc) | eager ms (tuned) "
-          "| compile ms | eager/ours (default) | eager/ours (tuned) | compile/ours | targets |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for r in rows:
-        verdicts = []
-        te = TARGET_EAGER.get(r["dtype"])
-        if te is not None and r["eager_tuned_over_ours"] == r["eager_tuned_over_ours"]:
-            verdicts.append(f"eager {'met' if r['eager_tuned_over_ours'] >= te else 'NOT met'} (>= {te}x)")
-        if r["compile_over_ours"] == r["compile_over_ours"]:
-            verdicts.append(f"compile {'met' if r['compile_over_ours'] >= TARGET_COMPILE else 'NOT met'}"
-                            f" (>= {TARGET_COMPILE}x)")
-        print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | {f(r['ours_ms'])} | "
-              f"{f(r['eager_default_ms'])} | {f(r['eager_tuned_ms'])} | {f(r['compile_ms'])} | "
-              f"{f(r['eager_default_over_ours'])} | {f(r['eager_tuned_over_ours'])} | "
-              f"{f(r['compile_over_ours'])} | {'; '.join(verdicts) or '-'} |")
+    print_vs_cpp(rows)
+    print()
+    print_same_process(rows, allocators)
+    print()
+    print_overhead(rows, allocators)
     if args.json:
+        cpp = [dict(op=c.op, dtype=c.dtype, shape=c.shape, path=c.path, threads=c.threads,
+                    ms=c.med("ms"), error=c.error) for c in cases.values()]
         with open(args.json, "w") as fh:
-            json.dump(dict(path=path, context=context, rows=rows), fh, indent=1)
+            json.dump(dict(path=path, context=context, timings=torch_rows, cpp=cpp, rows=rows),
+                      fh, indent=1)
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["op"])

@@ -1,0 +1,176 @@
+// Operators that are not kernels: token positions, RoPE tables and the runtime settings
+// (the registry's backend choice, strict mode and trace; threads). They are torch
+// operators too so that the extension needs no second binding layer; they take and
+// return plain values and CPU tensors.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernel_align/error.hpp"
+#include "kernel_align/positions.hpp"
+#include "kernel_align/registry.hpp"
+#include "kernel_align/runtime.hpp"
+#include "kernel_align/tables.hpp"
+#include "views.hpp"
+
+namespace kernel_align::torch_ext {
+namespace {
+
+constexpr std::array kLayouts{PositionLayout::Seed, PositionLayout::Diffusers};
+
+std::int32_t frame_of(std::int64_t frame) {
+  if (frame < std::numeric_limits<std::int32_t>::min() ||
+      frame > std::numeric_limits<std::int32_t>::max()) {
+    throw Error("frames", "values that fit int32", std::to_string(frame));
+  }
+  return static_cast<std::int32_t>(frame);
+}
+
+// int32 [S, 3] positions of the sequence [text, image 0, image 1, ...]. `frames` is empty
+// (each image's frame is its index) or gives every image's frame.
+at::Tensor positions(c10::string_view layout, std::int64_t text_len, at::IntArrayRef heights,
+                     at::IntArrayRef widths, at::IntArrayRef frames) {
+  constexpr const char* op = "positions";
+  return translate_errors(op, [&] {
+    PositionRequest request;
+    request.layout = parse("layout", layout, kLayouts, position_layout_name);
+    request.text_len = text_len;
+    if (heights.size() != widths.size() || (!frames.empty() && frames.size() != heights.size())) {
+      throw Error("heights, widths, frames", "lists of one length (frames may be empty)",
+                  "lengths " + std::to_string(heights.size()) + ", " +
+                      std::to_string(widths.size()) + ", " + std::to_string(frames.size()));
+    }
+    for (std::size_t i = 0; i < heights.size(); ++i) {
+      ImageGrid grid{heights[i], widths[i], std::nullopt};
+      if (!frames.empty()) grid.frame = frame_of(frames[i]);
+      request.images.push_back(grid);
+    }
+    const std::vector<Position> built = build_positions(request);
+    at::Tensor out = at::empty({static_cast<std::int64_t>(built.size()), kPositionAxes},
+                               at::TensorOptions().dtype(at::kInt));
+    std::memcpy(out.mutable_data_ptr(), built.data(), built.size() * sizeof(Position));
+    return out;
+  });
+}
+
+// cos and sin, fp32 [S, D/2], of int32 positions [S, len(axes_dim)].
+std::tuple<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions,
+                                               at::IntArrayRef axes_dim, double theta) {
+  constexpr const char* op = "rope_tables";
+  return translate_errors(op, [&] {
+    TORCH_CHECK_TYPE(positions.scalar_type() == at::kInt,
+                     "kernel_align.rope_tables: argument 'positions': expected dtype int32, "
+                     "found ",
+                     positions.scalar_type());
+    if (!positions.device().is_cpu()) {
+      throw Error("positions", "a CPU tensor", "one on " + positions.device().str());
+    }
+    if (positions.dim() != 2 || positions.size(1) != static_cast<std::int64_t>(axes_dim.size())) {
+      throw Error("positions",
+                  "shape [S, " + std::to_string(axes_dim.size()) + "] (one column per axis)",
+                  "shape " + std::string(c10::str(positions.sizes())));
+    }
+    RopeTableSpec spec;
+    spec.axes_dim.clear();
+    for (const std::int64_t d : axes_dim) {
+      if (d < 1 || d > kMaxHeadDim) {
+        throw Error("axes_dim", "dims from 1 to " + std::to_string(kMaxHeadDim), std::to_string(d));
+      }
+      spec.axes_dim.push_back(static_cast<int>(d));
+    }
+    spec.theta = static_cast<float>(theta);
+    // The builder reads rows of int32: a copy only when the caller's tensor is strided.
+    const at::Tensor rows = positions.contiguous();
+    const RopeTables tables =
+        build_rope_tables(rows.const_data_ptr<std::int32_t>(), rows.size(0), spec);
+    const auto table = [&](const std::vector<float>& values) {
+      at::Tensor t =
+          at::empty({tables.rows, tables.columns}, at::TensorOptions().dtype(at::kFloat));
+      std::memcpy(t.mutable_data_ptr(), values.data(), values.size() * sizeof(float));
+      return t;
+    };
+    return std::tuple{table(tables.cos), table(tables.sin)};
+  });
+}
+
+std::vector<std::string> backends() {
+  return translate_errors("backends", [] { return backend_names(); });
+}
+
+// "" restores the platform's own order.
+void set_backend(c10::string_view name) {
+  translate_errors("set_backend", [&] { kernel_align::set_backend(name); });
+}
+
+std::string get_backend() {
+  return translate_errors("get_backend", [] { return backend_override(); });
+}
+
+void set_strict(bool on) {
+  translate_errors("set_strict", [&] { kernel_align::set_strict(on); });
+}
+
+bool get_strict() {
+  return translate_errors("get_strict", [] { return strict(); });
+}
+
+// "" stops tracing.
+void set_trace_path(c10::string_view path) {
+  translate_errors("set_trace_path", [&] { kernel_align::set_trace_path(std::string(path)); });
+}
+
+// What the last call of this thread ran on: requested backend, backend, ISA path and
+// the fallback reason ("" when it did not fall back).
+std::tuple<std::string, std::string, std::string, std::string> last_call() {
+  return translate_errors("last_call", [] {
+    const CallReport r = kernel_align::last_call();
+    return std::tuple{r.requested_backend, r.backend, r.isa, r.fallback};
+  });
+}
+
+std::int64_t fallback_count() {
+  return translate_errors("fallback_count",
+                          [] { return static_cast<std::int64_t>(kernel_align::fallback_count()); });
+}
+
+void set_num_threads(std::int64_t n) {
+  translate_errors("set_num_threads", [&] {
+    if (n < 1 || n > std::numeric_limits<int>::max()) {
+      throw Error("n", "a thread count >= 1", std::to_string(n));
+    }
+    kernel_align::set_num_threads(static_cast<int>(n));
+  });
+}
+
+std::int64_t get_num_threads() {
+  return translate_errors("get_num_threads", [] { return std::int64_t{num_threads()}; });
+}
+
+}  // namespace
+}  // namespace kernel_align::torch_ext
+
+TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
+  namespace ext = kernel_align::torch_ext;
+  m.def("positions(str layout, int text_len, int[] heights, int[] widths, int[] frames) -> Tensor",
+        &ext::positions);
+  m.def("rope_tables(Tensor positions, int[] axes_dim, float theta) -> (Tensor cos, Tensor sin)",
+        &ext::rope_tables);
+  m.def("backends() -> str[]", &ext::backends);
+  m.def("set_backend(str name) -> ()", &ext::set_backend);
+  m.def("get_backend() -> str", &ext::get_backend);
+  m.def("set_strict(bool on) -> ()", &ext::set_strict);
+  m.def("get_strict() -> bool", &ext::get_strict);
+  m.def("set_trace_path(str path) -> ()", &ext::set_trace_path);
+  m.def("last_call() -> (str, str, str, str)", &ext::last_call);
+  m.def("fallback_count() -> int", &ext::fallback_count);
+  m.def("set_num_threads(int n) -> ()", &ext::set_num_threads);
+  m.def("get_num_threads() -> int", &ext::get_num_threads);
+}

@@ -1,0 +1,105 @@
+#include "views.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <string>
+
+#include "kernel_align/registry.hpp"
+
+namespace kernel_align::torch_ext {
+namespace {
+
+std::string prefix(const char* op, const char* argument) {
+  return std::string("kernel_align.") + op + ": argument '" + argument + "': ";
+}
+
+// "simd, reference": the registered backends, for messages.
+std::string backend_list() {
+  std::string out;
+  for (const std::string& name : backend_names()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+DType dtype_of(const char* op, const char* argument, const at::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case at::kFloat:
+      return DType::F32;
+    case at::kBFloat16:
+      return DType::BF16;
+    case at::kHalf:
+      return DType::F16;
+    default:
+      throw c10::TypeError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
+                           prefix(op, argument) +
+                               "expected dtype float32, bfloat16 or float16, found " +
+                               std::string(c10::toString(tensor.scalar_type())));
+  }
+}
+
+template <class View, class Pointer>
+View view_of(const char* op, const char* argument, const at::Tensor& tensor, Pointer data) {
+  TORCH_CHECK_VALUE(tensor.defined(), prefix(op, argument), "expected a tensor, found None");
+  if (!tensor.device().is_cpu()) {
+    raise_value_error(op, "argument '" + std::string(argument) +
+                              "': expected a CPU tensor, found one on " + tensor.device().str() +
+                              " (kernel-align's backends " + backend_list() + " run on the CPU)");
+  }
+  TORCH_CHECK_TYPE(tensor.layout() == at::kStrided, prefix(op, argument),
+                   "expected a strided (dense) tensor, found layout ", tensor.layout());
+  // A negated view would need its sign applied on every read; torch resolves it on copy.
+  TORCH_CHECK_VALUE(!tensor.is_neg(), prefix(op, argument),
+                    "expected a tensor without the negative bit, found a negated view "
+                    "(call .resolve_neg() first)");
+  View view;
+  view.dtype = dtype_of(op, argument, tensor);
+  if (tensor.dim() > kMaxRank) {
+    raise_value_error(op, "argument '" + std::string(argument) + "': expected rank 1 to " +
+                              std::to_string(kMaxRank) + ", found rank " +
+                              std::to_string(tensor.dim()));
+  }
+  view.data = data;
+  view.rank = static_cast<int>(tensor.dim());
+  for (int i = 0; i < view.rank; ++i) {
+    view.shape[i] = tensor.size(i);
+    view.strides[i] = tensor.stride(i);
+  }
+  return view;
+}
+
+}  // namespace
+
+ConstTensorView input_view(const char* op, const char* argument, const at::Tensor& tensor) {
+  return view_of<ConstTensorView>(op, argument, tensor,
+                                  tensor.defined() ? tensor.const_data_ptr() : nullptr);
+}
+
+std::optional<ConstTensorView> input_view(const char* op, const char* argument,
+                                          const std::optional<at::Tensor>& tensor) {
+  if (!tensor) return std::nullopt;
+  return input_view(op, argument, *tensor);
+}
+
+TensorView output_view(const char* op, const char* argument, const at::Tensor& tensor) {
+  return view_of<TensorView>(op, argument, tensor,
+                             tensor.defined() ? tensor.mutable_data_ptr() : nullptr);
+}
+
+NormMode parse_norm_mode(std::string_view text) {
+  return parse("mode", text, std::array{NormMode::Single, NormMode::Diffusers}, norm_mode_name);
+}
+
+Pairing parse_pairing(std::string_view text) {
+  return parse("pairing", text, std::array{Pairing::Half, Pairing::Interleaved}, pairing_name);
+}
+
+Layout parse_layout(std::string_view text) {
+  return parse("layout", text, std::array{Layout::BSHD, Layout::BHSD}, layout_name);
+}
+
+void raise_value_error(const char* op, const std::string& message) {
+  throw c10::ValueError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
+                        std::string("kernel_align.") + op + ": " + message);
+}
+
+}  // namespace kernel_align::torch_ext

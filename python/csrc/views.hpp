@@ -1,0 +1,64 @@
+// kernel_align::TensorView of a torch tensor (its data pointer, sizes and element
+// strides: no copy), and the translation of the library's errors into the Python
+// exceptions torch raises for c10 errors.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "kernel_align/error.hpp"
+#include "kernel_align/ops.hpp"
+
+namespace kernel_align::torch_ext {
+
+// A read-only view of `tensor`. Rejects, naming `op` and `argument`: a tensor that is
+// not on the CPU (ValueError), not strided or of a dtype the library lacks (TypeError),
+// of rank above 4 (ValueError).
+ConstTensorView input_view(const char* op, const char* argument, const at::Tensor& tensor);
+std::optional<ConstTensorView> input_view(const char* op, const char* argument,
+                                          const std::optional<at::Tensor>& tensor);
+// The same checks; the library writes through this view.
+TensorView output_view(const char* op, const char* argument, const at::Tensor& tensor);
+
+// "cpu, reference": the names of `values`, for messages.
+template <class Enum, std::size_t N, class Name>
+std::string names(const std::array<Enum, N>& values, Name name) {
+  std::string out;
+  for (Enum v : values) out += (out.empty() ? "" : ", ") + std::string(name(v));
+  return out;
+}
+
+// The value of `values` whose name is `text`; an Error naming `argument` otherwise.
+template <class Enum, std::size_t N, class Name>
+Enum parse(const char* argument, std::string_view text, const std::array<Enum, N>& values,
+           Name name) {
+  for (Enum v : values) {
+    if (text == name(v)) return v;
+  }
+  throw Error(argument, "one of " + names(values, name), "'" + std::string(text) + "'");
+}
+
+NormMode parse_norm_mode(std::string_view text);
+Pairing parse_pairing(std::string_view text);
+Layout parse_layout(std::string_view text);
+
+// Throws the ValueError torch raises for a c10::ValueError: "kernel_align.<op>: <message>".
+[[noreturn]] void raise_value_error(const char* op, const std::string& message);
+
+// Runs `body`; a kernel_align::Error it throws becomes a ValueError naming `op`.
+template <class Body>
+decltype(auto) translate_errors(const char* op, Body&& body) {
+  try {
+    return std::forward<Body>(body)();
+  } catch (const Error& e) {
+    raise_value_error(op, e.what());
+  }
+}
+
+}  // namespace kernel_align::torch_ext

@@ -1,0 +1,199 @@
+"""Loads the extension (the ``torch.ops.kernel_align`` operators, defined and given
+their CPU kernels in C++) and registers, through ``torch.library``, each operator's
+fake kernel (shapes, dtypes and strides, for FakeTensor and ``torch.compile``) and
+autograd formula.
+
+The fake kernels allocate exactly as the C++ kernels do (``empty_like``, which keeps a
+dense input's strides), so compiled graphs see the strides eager mode produces.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+_LIBRARY_FILE = "libkernel_align_torch.so"
+
+
+def _load_library() -> None:
+    # __path__ lists every location of the package: an editable install keeps the
+    # Python files in the source tree and the built library in site-packages.
+    package = sys.modules[__package__]
+    for directory in package.__path__:
+        candidate = Path(directory) / _LIBRARY_FILE
+        if candidate.is_file():
+            torch.ops.load_library(str(candidate))
+            return
+    raise ImportError(
+        f"kernel_align: {_LIBRARY_FILE} is not in {list(package.__path__)}; build the "
+        "package (`pip install --no-build-isolation -e .`, see docs/python.md)"
+    )
+
+
+_load_library()
+ops = torch.ops.kernel_align
+
+
+def check_cpu(op: str, **tensors: torch.Tensor | None) -> None:
+    """ValueError naming the first tensor that is not on the CPU, its device and the
+    backends (all of which run on the CPU)."""
+    for name, tensor in tensors.items():
+        if tensor is not None and tensor.device.type != "cpu":
+            raise ValueError(
+                f"kernel_align.{op}: argument '{name}': expected a CPU tensor, found one on "
+                f"{tensor.device} (kernel-align's backends {', '.join(ops.backends())} run "
+                "on the CPU)"
+            )
+
+
+def _no_gradient(like: torch.Tensor) -> torch.Tensor:
+    # What the C++ kernels return for a weight gradient nobody asked for.
+    return like.new_empty((0,), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# qk_rmsnorm
+
+
+@torch.library.register_fake("kernel_align::qk_rmsnorm")
+def _qk_rmsnorm_fake(x, weight=None, eps=1e-6, norm_mode="single", out_dtype=None):
+    check_cpu("qk_rmsnorm", x=x, weight=weight)
+    return torch.empty_like(x, dtype=x.dtype if out_dtype is None else out_dtype)
+
+
+@torch.library.register_fake("kernel_align::qk_rmsnorm_backward")
+def _qk_rmsnorm_backward_fake(x, dy, weight, eps, norm_mode, compute_dw):
+    check_cpu("qk_rmsnorm_backward", x=x, dy=dy, weight=weight)
+    dw = torch.empty_like(weight) if compute_dw else _no_gradient(x)
+    return torch.empty_like(x), dw
+
+
+def _qk_rmsnorm_setup_context(ctx, inputs, output):
+    x, weight, eps, norm_mode, _out_dtype = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps, ctx.norm_mode = eps, norm_mode
+
+
+def _qk_rmsnorm_backward(ctx, dy):
+    x, weight = ctx.saved_tensors
+    compute_dw = weight is not None and ctx.needs_input_grad[1]
+    dx, dw = ops.qk_rmsnorm_backward(x, dy, weight, ctx.eps, ctx.norm_mode, compute_dw)
+    return dx, (dw if compute_dw else None), None, None, None
+
+
+torch.library.register_autograd(
+    "kernel_align::qk_rmsnorm", _qk_rmsnorm_backward, setup_context=_qk_rmsnorm_setup_context
+)
+
+
+# ---------------------------------------------------------------------------------------
+# multi_axis_rope
+
+
+def check_constant_tables(op: str, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """The ops have no gradient with respect to cos/sin: refuse rather than drop it.
+    Called where autograd records the op (setup_context runs only then)."""
+    if cos.requires_grad or sin.requires_grad:
+        raise ValueError(
+            f"kernel_align.{op}: arguments 'cos', 'sin': expected constant tables (no "
+            "gradient flows into them), found a table that requires grad (pass .detach())"
+        )
+
+
+@torch.library.register_fake("kernel_align::multi_axis_rope")
+def _multi_axis_rope_fake(x, cos, sin, pairing="interleaved", layout="bshd"):
+    check_cpu("multi_axis_rope", x=x, cos=cos, sin=sin)
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("kernel_align::multi_axis_rope_")
+def _multi_axis_rope_inplace_fake(x, cos, sin, pairing="interleaved", layout="bshd"):
+    check_cpu("multi_axis_rope_", x=x, cos=cos, sin=sin)
+
+
+@torch.library.register_fake("kernel_align::multi_axis_rope_backward")
+def _multi_axis_rope_backward_fake(dy, cos, sin, pairing, layout):
+    check_cpu("multi_axis_rope_backward", dy=dy, cos=cos, sin=sin)
+    return torch.empty_like(dy)
+
+
+def _multi_axis_rope_setup_context(ctx, inputs, output):
+    _x, cos, sin, pairing, layout = inputs
+    check_constant_tables("multi_axis_rope", cos, sin)
+    ctx.save_for_backward(cos, sin)
+    ctx.pairing, ctx.layout = pairing, layout
+
+
+def _multi_axis_rope_backward(ctx, dy):
+    cos, sin = ctx.saved_tensors
+    dx = ops.multi_axis_rope_backward(dy, cos, sin, ctx.pairing, ctx.layout)
+    return dx, None, None, None, None
+
+
+torch.library.register_autograd(
+    "kernel_align::multi_axis_rope",
+    _multi_axis_rope_backward,
+    setup_context=_multi_axis_rope_setup_context,
+)
+
+
+# ---------------------------------------------------------------------------------------
+# qk_norm_rope
+
+
+@torch.library.register_fake("kernel_align::qk_norm_rope")
+def _qk_norm_rope_fake(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight, cos,
+                       sin, text_len, eps=1e-6, norm_mode="diffusers", pairing="interleaved",
+                       layout="bshd", out_dtype=None):
+    check_cpu("qk_norm_rope", q=q, k=k, text_q_weight=text_q_weight,
+              text_k_weight=text_k_weight, image_q_weight=image_q_weight,
+              image_k_weight=image_k_weight, cos=cos, sin=sin)
+    return (torch.empty_like(q, dtype=q.dtype if out_dtype is None else out_dtype),
+            torch.empty_like(k, dtype=k.dtype if out_dtype is None else out_dtype))
+
+
+@torch.library.register_fake("kernel_align::qk_norm_rope_")
+def _qk_norm_rope_inplace_fake(q, k, text_q_weight, text_k_weight, image_q_weight,
+                               image_k_weight, cos, sin, text_len, eps=1e-6, norm_mode="diffusers",
+                               pairing="interleaved", layout="bshd"):
+    check_cpu("qk_norm_rope_", q=q, k=k, text_q_weight=text_q_weight,
+              text_k_weight=text_k_weight, image_q_weight=image_q_weight,
+              image_k_weight=image_k_weight, cos=cos, sin=sin)
+
+
+@torch.library.register_fake("kernel_align::qk_norm_rope_backward")
+def _qk_norm_rope_backward_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weight,
+                                image_q_weight, image_k_weight, cos, sin, text_len, eps, norm_mode,
+                                pairing, layout, compute_dw):
+    weights = (text_q_weight, text_k_weight, image_q_weight, image_k_weight)
+    check_cpu("qk_norm_rope_backward", q=q, k=k, dq_out=dq_out, dk_out=dk_out,
+              text_q_weight=text_q_weight, text_k_weight=text_k_weight,
+              image_q_weight=image_q_weight, image_k_weight=image_k_weight, cos=cos, sin=sin)
+    dws = tuple(torch.empty_like(w) if wanted else _no_gradient(q)
+                for w, wanted in zip(weights, compute_dw))
+    return (torch.empty_like(q), torch.empty_like(k)) + dws
+
+
+def _qk_norm_rope_setup_context(ctx, inputs, output):
+    (q, k, tq, tk, iq, ik, cos, sin, text_len, eps, norm_mode, pairing, layout,
+     _out_dtype) = inputs
+    check_constant_tables("qk_norm_rope", cos, sin)
+    ctx.save_for_backward(q, k, tq, tk, iq, ik, cos, sin)
+    ctx.options = (text_len, eps, norm_mode, pairing, layout)
+
+
+def _qk_norm_rope_backward(ctx, dq_out, dk_out):
+    q, k, tq, tk, iq, ik, cos, sin = ctx.saved_tensors
+    weights = (tq, tk, iq, ik)
+    compute_dw = [w is not None and ctx.needs_input_grad[2 + i] for i, w in enumerate(weights)]
+    dq, dk, *dws = ops.qk_norm_rope_backward(q, k, dq_out, dk_out, *weights, cos, sin,
+                                             *ctx.options, compute_dw)
+    dws = [dw if wanted else None for dw, wanted in zip(dws, compute_dw)]
+    return (dq, dk, *dws) + (None,) * 8
+
+
+torch.library.register_autograd(
+    "kernel_align::qk_norm_rope", _qk_norm_rope_backward, setup_context=_qk_norm_rope_setup_context
+)

@@ -1,0 +1,148 @@
+"""An attention processor for diffusers' Qwen-Image transformer that replaces the four
+per-head RMSNorms and the RoPE of each block with one ``qk_norm_rope`` call.
+
+    from kernel_align.diffusers import KernelAlignQwenImageAttnProcessor
+    transformer.set_attn_processor(KernelAlignQwenImageAttnProcessor())
+
+Everything else is diffusers' ``QwenDoubleStreamAttnProcessor2_0`` (diffusers 0.42.1):
+the projections, the joint attention over ``[text, image]``, the output projections.
+diffusers normalises and rotates each stream and then concatenates ``[text, image]``;
+this processor concatenates first and runs the fused op over the joint sequence, whose
+first ``text_len`` positions are the text (the op's convention), with diffusers' own
+rotary frequencies as the cos/sin tables. The result is what diffusers computes,
+bitwise wherever torch's ``mean`` in diffusers' RMSNorm happens to sum in the
+contract's order (most rows) and within the reduction tolerance class elsewhere; and a
+sample's bytes no longer depend on the rest of the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+from diffusers.models.attention_dispatch import dispatch_attention_fn
+from diffusers.models.normalization import RMSNorm
+from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStreamAttnProcessor2_0
+
+from . import functional
+
+__all__ = ["KernelAlignQwenImageAttnProcessor"]
+
+_NORMS = ("norm_added_q", "norm_added_k", "norm_q", "norm_k")  # text q, text k, image q, image k
+
+
+def _norm_weights(attn) -> tuple[list[torch.Tensor], float]:
+    """The four RMSNorm weights in the fused op's order, and their common eps."""
+    weights, eps, dtypes = [], set(), set()
+    for name in _NORMS:
+        norm = getattr(attn, name, None)
+        if not isinstance(norm, RMSNorm) or norm.weight is None or norm.bias is not None:
+            raise ValueError(
+                f"KernelAlignQwenImageAttnProcessor: attention module's '{name}': expected a "
+                f"diffusers RMSNorm with a weight and no bias (qk_norm='rms_norm'), found "
+                f"{type(norm).__name__ if norm is not None else None}"
+            )
+        weights.append(norm.weight)
+        eps.add(norm.eps)
+        dtypes.add(norm.weight.dtype)
+    if len(eps) != 1 or len(dtypes) != 1:
+        raise ValueError("KernelAlignQwenImageAttnProcessor: the four QK norms: expected one "
+                         f"eps and one weight dtype, found {sorted(eps)} and "
+                         f"{sorted(map(str, dtypes))}")
+    return weights, eps.pop()
+
+
+def _output_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype) -> torch.dtype:
+    # diffusers' RMSNorm: an fp16/bf16 weight makes the output that dtype; otherwise
+    # x * rsqrt(var) (fp32) * weight promotes; apply_rotary_emb_qwen keeps it.
+    if w_dtype in (torch.float16, torch.bfloat16):
+        return w_dtype
+    return torch.promote_types(torch.promote_types(x_dtype, torch.float32), w_dtype)
+
+
+class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
+    """diffusers' Qwen-Image double-stream attention with kernel-align's fused QK norm +
+    RoPE (norm mode "diffusers", interleaved pairs, layout bshd). CPU tensors only."""
+
+    def __call__(
+        self,
+        attn,
+        hidden_states: torch.FloatTensor,  # image stream
+        encoder_hidden_states: torch.FloatTensor = None,  # text stream
+        encoder_hidden_states_mask: torch.FloatTensor = None,
+        attention_mask: torch.FloatTensor | None = None,
+        image_rotary_emb: torch.Tensor | None = None,
+    ) -> torch.FloatTensor:
+        if encoder_hidden_states is None:
+            raise ValueError("KernelAlignQwenImageAttnProcessor requires encoder_hidden_states "
+                             "(text stream)")
+        if attention_mask is not None:
+            raise ValueError(
+                "KernelAlignQwenImageAttnProcessor does not accept an external attention_mask. "
+                "Pass encoder_hidden_states_mask to let the processor build the joint mask."
+            )
+        if image_rotary_emb is None:
+            raise ValueError("KernelAlignQwenImageAttnProcessor requires image_rotary_emb: "
+                             "the fused op always applies RoPE")
+
+        if encoder_hidden_states_mask is not None:
+            seq_img = hidden_states.shape[1]
+            image_mask = torch.ones((hidden_states.shape[0], seq_img), dtype=torch.bool,
+                                    device=hidden_states.device)
+            attention_mask = torch.cat([encoder_hidden_states_mask, image_mask], dim=1)
+            attention_mask = attention_mask[:, None, None, :]
+
+        seq_txt = encoder_hidden_states.shape[1]
+        head_dim = attn.inner_dim // attn.heads
+
+        # Joint [text, image] projections, [B, S, H, D]; the fused op normalises the
+        # first seq_txt positions with the text weights and the rest with the image ones.
+        def joint(img_proj, txt_proj):
+            return torch.cat([txt_proj(encoder_hidden_states).unflatten(-1, (-1, head_dim)),
+                              img_proj(hidden_states).unflatten(-1, (-1, head_dim))], dim=1)
+
+        joint_query = joint(attn.to_q, attn.add_q_proj)
+        joint_key = joint(attn.to_k, attn.add_k_proj)
+        joint_value = joint(attn.to_v, attn.add_v_proj)
+
+        weights, eps = _norm_weights(attn)
+        img_freqs, txt_freqs = image_rotary_emb
+        # diffusers' complex frequencies as fp32 cos/sin views (strided, no copy).
+        freqs = torch.view_as_real(torch.cat([txt_freqs, img_freqs]).to(torch.complex64))
+        cos, sin = freqs[..., 0], freqs[..., 1]
+        out_dtype = _output_dtype(joint_query.dtype, weights[0].dtype)
+        kwargs = dict(text_len=seq_txt, text_q_weight=weights[0], text_k_weight=weights[1],
+                      image_q_weight=weights[2], image_k_weight=weights[3], eps=eps,
+                      mode="diffusers", pairing="interleaved", layout="bshd")
+        needs_grad = torch.is_grad_enabled() and (
+            joint_query.requires_grad or joint_key.requires_grad
+            or any(w.requires_grad for w in weights))
+        if needs_grad or out_dtype != joint_query.dtype:
+            joint_query, joint_key = functional.qk_norm_rope(joint_query, joint_key, cos, sin,
+                                                             out_dtype=out_dtype, **kwargs)
+        else:
+            # Inference: the concatenations above are fresh tensors, rotate them in place.
+            functional.qk_norm_rope_(joint_query, joint_key, cos, sin, **kwargs)
+
+        joint_hidden_states = dispatch_attention_fn(
+            joint_query,
+            joint_key,
+            joint_value,
+            attn_mask=attention_mask,
+            dropout_p=0.0,
+            is_causal=False,
+            backend=self._attention_backend,
+            parallel_config=self._parallel_config,
+        )
+
+        joint_hidden_states = joint_hidden_states.flatten(2, 3)
+        joint_hidden_states = joint_hidden_states.to(joint_query.dtype)
+
+        txt_attn_output = joint_hidden_states[:, :seq_txt, :]
+        img_attn_output = joint_hidden_states[:, seq_txt:, :]
+
+        img_attn_output = attn.to_out[0](img_attn_output.contiguous())
+        if len(attn.to_out) > 1:
+            img_attn_output = attn.to_out[1](img_attn_output)  # dropout
+
+        txt_attn_output = attn.to_add_out(txt_attn_output.contiguous())
+
+        return img_attn_output, txt_attn_output

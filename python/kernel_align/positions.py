@@ -1,0 +1,78 @@
+"""Token positions and RoPE tables: wrappers of the C++ builders (positions.hpp,
+tables.hpp), so Python gets the same positions and the same correctly rounded (MPFR)
+tables as every other front end."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ._ops import ops
+
+__all__ = ["qwen_image_positions", "qwen_image_rope_positions", "rope_tables"]
+
+
+def qwen_image_positions(text_len: int, h: int, w: int) -> torch.Tensor:
+    """The seed's layout: int32 ``[text_len + h*w, 3]`` (frame, height, width); text token
+    j at (j, j, j) first, then the ``h x w`` token grid at (0, row, column), not centred."""
+    return ops.positions("seed", text_len, [h], [w], [])
+
+
+def _grids(img_shapes) -> tuple[list[int], list[int], list[int]]:
+    # QwenEmbedRope.forward: a list is a batch whose first sample is used; a sample is one
+    # (frame, height, width) or a list of them (the Edit pipelines' target and reference
+    # images); image k covers frames k .. k + frame - 1.
+    if isinstance(img_shapes, list):
+        if not img_shapes:
+            raise ValueError("kernel_align.qwen_image_rope_positions: argument 'img_shapes': "
+                             "expected at least one sample, found an empty list")
+        if any(sample != img_shapes[0] for sample in img_shapes):
+            raise ValueError(
+                "kernel_align.qwen_image_rope_positions: argument 'img_shapes': expected "
+                f"every sample of the batch to have the same images, found {img_shapes} "
+                "(diffusers would use the first sample's positions for all of them)"
+            )
+        img_shapes = img_shapes[0]
+    images = img_shapes if isinstance(img_shapes, list) else [img_shapes]
+    heights, widths, frames = [], [], []
+    for index, image in enumerate(images):
+        if not isinstance(image, Sequence) or len(image) != 3:
+            raise ValueError("kernel_align.qwen_image_rope_positions: argument 'img_shapes': "
+                             f"expected (frame, height, width) tuples, found {image!r}")
+        frame_count, height, width = (int(v) for v in image)
+        if frame_count < 1:
+            raise ValueError("kernel_align.qwen_image_rope_positions: argument 'img_shapes': "
+                             f"expected frame counts >= 1, found {image!r}")
+        for frame in range(index, index + frame_count):
+            heights.append(height)
+            widths.append(width)
+            frames.append(frame)
+    return heights, widths, frames
+
+
+def qwen_image_rope_positions(img_shapes, txt_seq_len: int | torch.Tensor) -> torch.Tensor:
+    """diffusers' layout (``QwenEmbedRope(scale_rope=True)``), in the joint sequence order
+    ``[text, image 0, image 1, ...]`` that its attention processor uses: int32
+    ``[txt_seq_len + tokens, 3]``. ``img_shapes`` as diffusers passes it to
+    ``QwenImageTransformer2DModel`` (e.g. ``[[(1, 83, 83)]]``, or
+    ``[[(1, h, w), (1, h2, w2)]] * B`` for Edit with a reference image)."""
+    heights, widths, frames = _grids(img_shapes)
+    return ops.positions("diffusers", int(txt_seq_len), heights, widths, frames)
+
+
+def rope_tables(
+    positions: torch.Tensor,
+    axes_dim: Sequence[int] = (16, 56, 56),
+    theta: float = 10000.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, fp32 ``[S, sum(axes_dim)/2]``, of integer positions ``[S, len(axes_dim)]``:
+    column i of axis a rotates by ``pos[:, a] / theta^(2i/dim_a)``; every step correctly
+    rounded to fp32, identical on every machine."""
+    if positions.dtype != torch.int32 and not positions.dtype.is_floating_point:
+        info = torch.iinfo(torch.int32)
+        if positions.numel() and (positions.min() < info.min or positions.max() > info.max):
+            raise ValueError("kernel_align.rope_tables: argument 'positions': expected values "
+                             "that fit int32, found larger ones")
+        positions = positions.to(torch.int32)
+    return ops.rope_tables(positions, list(axes_dim), float(theta))

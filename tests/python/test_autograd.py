@@ -1,0 +1,203 @@
+"""Autograd and torch.compile through the operators.
+
+gradcheck: fp64 is not a dtype of the library, so torch.autograd.gradcheck runs on the
+fp32 operators themselves, with finite differences of eps = 1e-2 (truncation error
+~eps^2, fp32 rounding ~1e-7/eps) and atol = rtol = 2e-3 on small inputs. The tight checks
+are elsewhere: gradients against torch autograd of the fp32 formulas within the
+contract's tolerance classes (here), and bitwise against the explicit VJP (test_ops.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import kernel_align as ka
+from formulas import assert_bitwise, assert_close, rope, rstd_torch_mean
+
+OPS = torch.ops.kernel_align
+
+
+def tables(seq, generator):
+    angles = torch.rand(seq, 8, generator=generator) * 10
+    return torch.cos(angles), torch.sin(angles)
+
+
+def gradcheck(fn, inputs):
+    with warnings.catch_warnings():
+        # gradcheck warns about inputs that are not fp64: fp32 is deliberate here.
+        warnings.simplefilter("ignore", UserWarning)
+        assert torch.autograd.gradcheck(fn, inputs, eps=1e-2, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("mode", ["single", "diffusers"])
+def test_gradcheck_qk_rmsnorm(mode, generator):
+    x = torch.randn(3, 2, 16, generator=generator).requires_grad_()
+    w = torch.randn(16, generator=generator).requires_grad_()
+    gradcheck(lambda a, b: ka.qk_rmsnorm(a, b, mode=mode), (x, w))
+    gradcheck(lambda a: ka.qk_rmsnorm(a), (x,))
+
+
+@pytest.mark.parametrize("pairing", ["interleaved", "half"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_gradcheck_multi_axis_rope(pairing, layout, generator):
+    cos, sin = tables(5, generator)
+    x = torch.randn(2, 5, 3, 16, generator=generator)
+    if layout == "bhsd":
+        x = x.transpose(1, 2).contiguous()
+    gradcheck(lambda a: ka.multi_axis_rope(a, cos, sin, pairing=pairing, layout=layout),
+              (x.requires_grad_(),))
+
+
+def test_gradcheck_qk_norm_rope(generator):
+    cos, sin = tables(6, generator)
+    q = torch.randn(1, 6, 2, 16, generator=generator).requires_grad_()
+    k = torch.randn(1, 6, 1, 16, generator=generator).requires_grad_()
+    w = [torch.randn(16, generator=generator).requires_grad_() for _ in range(4)]
+
+    def fn(q_, k_, tq, tk, iq, ik):
+        return ka.qk_norm_rope(q_, k_, cos, sin, text_len=2, text_q_weight=tq,
+                               text_k_weight=tk, image_q_weight=iq, image_k_weight=ik)
+
+    gradcheck(fn, (q, k, *w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gradients_vs_torch_formulas(dtype, generator):
+    """Gradients of q, k and the four weights of the fused op, and of the unfused ops,
+    against torch autograd of the seed/diffusers formulas computed in fp32 (reduction
+    gradient class of the inputs' dtype)."""
+    s, text_len = 12, 4
+    angles = torch.rand(s, 64, generator=generator) * 50
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    q = torch.randn(2, s, 3, 128, generator=generator).to(dtype).requires_grad_()
+    k = torch.randn(2, s, 2, 128, generator=generator).to(dtype).requires_grad_()
+    w = [(1 + 0.1 * torch.randn(128, generator=generator)).requires_grad_() for _ in range(4)]
+    dq = torch.randn(2, s, 3, 128, generator=generator).to(dtype)
+    dk = torch.randn(2, s, 2, 128, generator=generator).to(dtype)
+
+    q_out, k_out = ka.qk_norm_rope(q, k, cos, sin, text_len=text_len, text_q_weight=w[0],
+                                   text_k_weight=w[1], image_q_weight=w[2], image_k_weight=w[3])
+    ours = torch.autograd.grad((q_out, k_out), (q, k, *w), (dq, dk))
+
+    def formula(x, text_w, image_w):
+        xf = x.float()
+        normed = torch.cat([xf[:, :text_len] * rstd_torch_mean(xf[:, :text_len]) * text_w,
+                            xf[:, text_len:] * rstd_torch_mean(xf[:, text_len:]) * image_w], 1)
+        return rope(normed, cos, sin)  # fp32 throughout: no rounding to the input dtype
+
+    expected = torch.autograd.grad((formula(q, w[0], w[2]), formula(k, w[1], w[3])),
+                                   (q, k, *w), (dq.float(), dk.float()))
+    assert_close(ours[0], expected[0], "reduction_gradient", dtype)
+    assert_close(ours[1], expected[1], "reduction_gradient", dtype)
+    for dw, expected_dw in zip(ours[2:], expected[2:]):
+        # A sum over every row of the stream: relative to the sum of magnitudes.
+        assert_close(dw / dw.abs().max(), expected_dw / dw.abs().max(), "reduction_gradient",
+                     dtype)
+
+    x = q.detach().requires_grad_()
+    (dx,) = torch.autograd.grad(ka.multi_axis_rope(x, cos, sin), x, dq)
+    assert_bitwise(dx, rope(dq, cos, sin, transpose=True))
+
+
+def test_inplace_rope_autograd(generator):
+    """multi_axis_rope_ under autograd: recorded as an in-place op (version bump), its
+    gradient the transpose rotation, the same as the out-of-place op's."""
+    cos, sin = tables(7, generator)
+    leaf = torch.randn(2, 7, 3, 16, generator=generator, requires_grad=True)
+    x = leaf * 1.0
+    version = x._version
+    y = ka.multi_axis_rope_(x, cos, sin)
+    assert y is x and x._version > version
+    dy = torch.randn_like(y)
+    (grad_inplace,) = torch.autograd.grad(y, leaf, dy)
+    (grad,) = torch.autograd.grad(ka.multi_axis_rope(leaf, cos, sin), leaf, dy)
+    assert_bitwise(grad_inplace, grad)
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        ka.multi_axis_rope_(leaf, cos, sin)
+
+
+def _opcheck_cases(generator):
+    cos, sin = tables(6, generator)
+    x = torch.randn(2, 6, 3, 16, generator=generator)
+    w = torch.randn(16, generator=generator)
+    wb = w.bfloat16()
+    grad = dict(requires_grad=True)
+    yield OPS.qk_rmsnorm, (x.clone().requires_grad_(), w.clone().requires_grad_(), 1e-6,
+                           "diffusers", None)
+    yield OPS.qk_rmsnorm, (x.bfloat16(), wb, 1e-6, "single", torch.float32)
+    yield OPS.qk_rmsnorm_backward, (x, torch.randn_like(x), w, 1e-6, "single", True)
+    yield OPS.multi_axis_rope, (torch.randn(2, 6, 3, 16, **grad), cos, sin, "half", "bshd")
+    yield OPS.multi_axis_rope, (x.transpose(1, 2), cos, sin, "interleaved", "bhsd")
+    yield OPS.multi_axis_rope_, (x.clone(), cos, sin, "interleaved", "bshd")
+    yield OPS.multi_axis_rope_backward, (x, cos, sin, "interleaved", "bshd")
+    weights = [w.clone().requires_grad_() for _ in range(4)]
+    yield OPS.qk_norm_rope, (x.clone().requires_grad_(), x[:, :, :1].clone().requires_grad_(),
+                             *weights, cos, sin, 2, 1e-6, "diffusers", "interleaved", "bshd",
+                             None)
+    yield OPS.qk_norm_rope, (x, x, None, w, None, None, cos, sin, 0, 1e-6, "single", "half",
+                             "bshd", torch.bfloat16)
+    yield OPS.qk_norm_rope_, (x.clone(), x.clone(), w, w, w, w, cos, sin, 3, 1e-6, "diffusers",
+                              "interleaved", "bshd")
+    yield OPS.qk_norm_rope_backward, (x, x, x, x, w, w, None, w, cos, sin, 3, 1e-6, "diffusers",
+                                      "interleaved", "bshd", [True, False, False, True])
+
+
+def test_opcheck(generator):
+    """torch.library.opcheck of every operator: schema (mutation annotations), fake
+    kernels against the real ones, autograd registration, AOT dispatch."""
+    for op, args in _opcheck_cases(generator):
+        torch.library.opcheck(op, args)
+
+
+def test_compile_fullgraph_forward_backward(generator):
+    """One compiled function (inductor, fullgraph: no graph break) through the fused op,
+    the norm and RoPE, forward and backward: bitwise equal to eager."""
+    s, text_len = 10, 3
+    pos = ka.qwen_image_rope_positions([(1, 1, s - text_len)], text_len)
+    cos, sin = ka.rope_tables(pos)
+    w = [torch.randn(128, generator=generator).bfloat16().requires_grad_() for _ in range(4)]
+    q = torch.randn(1, s, 2, 128, generator=generator).bfloat16().requires_grad_()
+    k = torch.randn(1, s, 2, 128, generator=generator).bfloat16().requires_grad_()
+
+    def step(q_, k_, tq, tk, iq, ik):
+        q_out, k_out = ka.qk_norm_rope(q_, k_, cos, sin, text_len=text_len, text_q_weight=tq,
+                                       text_k_weight=tk, image_q_weight=iq, image_k_weight=ik)
+        extra = ka.multi_axis_rope(ka.qk_rmsnorm(q_ * 2, tq, mode="diffusers"), cos, sin)
+        return (q_out.float() * k_out.float().sum(2, keepdim=True) + extra.float()).sum()
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=False)
+    inputs = (q, k, *w)
+    eager_loss = step(*inputs)
+    eager_grads = torch.autograd.grad(eager_loss, inputs)
+    compiled_loss = compiled(*inputs)
+    compiled_grads = torch.autograd.grad(compiled_loss, inputs)
+    # The ops' bytes are fixed; the surrounding torch reductions may be reordered by
+    # inductor, so the loss is compared by value and the op gradients within fp32 class.
+    assert_close(compiled_loss, eager_loss, "reduction_forward")
+    for c, e in zip(compiled_grads, eager_grads):
+        assert_close(c, e, "reduction_gradient")
+
+
+def test_compile_inplace_ops(generator):
+    """The mutating ops inside a compiled graph (functionalised through their
+    ``Tensor(a!)`` annotations): the caller's tensors are updated as in eager."""
+    cos, sin = tables(6, generator)
+    w = torch.randn(16, generator=generator)
+    q = torch.randn(2, 6, 3, 16, generator=generator)
+    k = torch.randn(2, 6, 1, 16, generator=generator)
+
+    def step(q_, k_):
+        ka.qk_norm_rope_(q_, k_, cos, sin, text_len=2, image_q_weight=w, image_k_weight=w)
+        ka.multi_axis_rope_(k_, cos, sin, pairing="half")
+        return q_.sum()
+
+    expected_q, expected_k = q.clone(), k.clone()
+    with torch.no_grad():
+        step(expected_q, expected_k)
+        compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+        compiled(q, k)
+    assert_bitwise(q, expected_q)
+    assert_bitwise(k, expected_k)
