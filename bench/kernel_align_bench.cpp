@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "copy_baseline.hpp"
+#include "core/splitmix64.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/positions.hpp"
@@ -179,19 +180,12 @@ struct Workspace {
   RopeTables tables;
 };
 
-std::uint64_t splitmix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Uniform values in [lo, hi), stored in dtype dt.
 void fill_random(Buffer& b, DType dt, std::uint64_t seed, float lo, float hi) {
-  std::uint64_t state = seed;
+  SplitMix64 random(seed);
   const std::size_t n = b.size() / dtype_size(dt);
   for (std::size_t i = 0; i < n; ++i) {
-    const float u = static_cast<float>(splitmix(state) >> 40) * 0x1.0p-24f;
+    const float u = static_cast<float>(random.next() >> 40) * 0x1.0p-24f;
     const float v = lo + (hi - lo) * u;
     switch (dt) {
       case DType::F32:

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/json_text.hpp"
+
 namespace kernel_align::cli::json {
 namespace {
 
@@ -216,22 +218,6 @@ class Parser {
   std::size_t pos_ = 0;
 };
 
-void append_quoted(std::string& out, std::string_view text) {
-  out += '"';
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += {'\\', c};
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
-
 void append_compact(std::string& out, const Value& v) {
   using Kind = Value::Kind;
   if (v.kind == Kind::Array || v.kind == Kind::Object) {
@@ -241,14 +227,14 @@ void append_compact(std::string& out, const Value& v) {
     for (std::size_t i = 0; i < size; ++i) {
       if (i > 0) out += ',';
       if (is_object) {
-        append_quoted(out, v.members[i].key);
+        append_json_string(out, v.members[i].key);
         out += ':';
       }
       append_compact(out, is_object ? v.members[i].value : v.items[i]);
     }
     out += is_object ? '}' : ']';
   } else if (v.kind == Kind::String) {
-    append_quoted(out, v.text);
+    append_json_string(out, v.text);
   } else if (v.kind == Kind::Number) {
     out += v.text;
   } else {

@@ -14,6 +14,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "core/json_text.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
 #include "trace/digest.hpp"
@@ -38,21 +39,8 @@ Sink& sink() {
 }
 
 std::string quoted(std::string_view text) {
-  std::string out = "\"";
-  out.reserve(text.size() + 2);
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
+  std::string out;
+  append_json_string(out, text);
   return out;
 }
 

@@ -11,23 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include "core/splitmix64.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/tensor.hpp"
 
 namespace kernel_align::test {
 
-// splitmix64: the same numbers on every platform and standard library (the
-// std:: distributions are implementation-defined).
-class Rng {
+// Test inputs from splitmix64 (src/core/splitmix64.hpp).
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  using SplitMix64::SplitMix64;
 
   // Uniform in [lo, hi), 53 random bits.
   double uniform(double lo, double hi) {
@@ -43,9 +36,6 @@ class Rng {
     const auto k = static_cast<int>(below(2 * spread + 1)) - spread;
     return std::ldexp(uniform(-1.0, 1.0), k);
   }
-
- private:
-  std::uint64_t state_;
 };
 
 // The element offset of a logical index in a view.
