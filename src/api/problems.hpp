@@ -28,6 +28,11 @@ class RowIndexer {
   std::array<std::int64_t, kMaxRank - 1> strides_{};
 };
 
+// The number of rows of a validated view (its elements over the last dim's length).
+inline std::int64_t row_count(const ConstTensorView& v) {
+  return v.numel() / v.shape[v.rank - 1];
+}
+
 struct RmsNormForwardProblem {
   ConstTensorView x;
   std::optional<ConstTensorView> weight;

@@ -70,10 +70,6 @@ void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Exe
   }
 }
 
-std::int64_t rows_of(const ConstTensorView& v) {
-  return v.numel() / v.shape[v.rank - 1];
-}
-
 // The kernels of the selected path, noted in exec with the thread count.
 const Kernels& active(registry::Execution& exec) {
   const Isa path = isa();
@@ -86,28 +82,29 @@ const Kernels& active(registry::Execution& exec) {
 
 void qk_rmsnorm_forward(const detail::RmsNormForwardProblem& p, registry::Execution& exec) {
   const Kernels& k = active(exec);
-  for_rows(rows_of(p.x), p.d, exec, [&](RowRange r) { k.rmsnorm_forward(p, r); });
+  for_rows(detail::row_count(p.x), p.d, exec, [&](RowRange r) { k.rmsnorm_forward(p, r); });
 }
 
 void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p, registry::Execution& exec) {
   const Kernels& k = active(exec);
   if (p.dw) {
-    for_dw_blocks(rows_of(p.x), p.d, *p.dw, exec,
+    for_dw_blocks(detail::row_count(p.x), p.d, *p.dw, exec,
                   [&](RowRange r, float* partial) { k.rmsnorm_backward(p, r, partial); });
   } else {
-    for_rows(rows_of(p.x), p.d, exec, [&](RowRange r) { k.rmsnorm_backward(p, r, nullptr); });
+    for_rows(detail::row_count(p.x), p.d, exec,
+             [&](RowRange r) { k.rmsnorm_backward(p, r, nullptr); });
   }
 }
 
 void multi_axis_rope(const detail::RopeProblem& p, registry::Execution& exec) {
   const Kernels& k = active(exec);
-  for_rows(rows_of(p.in), p.d, exec, [&](RowRange r) { k.rope(p, r); });
+  for_rows(detail::row_count(p.in), p.d, exec, [&](RowRange r) { k.rope(p, r); });
 }
 
 void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, registry::Execution& exec) {
   const Kernels& k = active(exec);
   for (const detail::NormRopeForwardProblem& s : p.streams) {
-    for_rows(rows_of(s.x), s.d, exec, [&](RowRange r) { k.norm_rope_forward(s, r); });
+    for_rows(detail::row_count(s.x), s.d, exec, [&](RowRange r) { k.norm_rope_forward(s, r); });
   }
 }
 
@@ -115,10 +112,11 @@ void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry:
   const Kernels& k = active(exec);
   for (const detail::NormRopeBackwardProblem& s : p.streams) {
     if (s.dw) {
-      for_dw_blocks(rows_of(s.x), s.d, *s.dw, exec,
+      for_dw_blocks(detail::row_count(s.x), s.d, *s.dw, exec,
                     [&](RowRange r, float* partial) { k.norm_rope_backward(s, r, partial); });
     } else {
-      for_rows(rows_of(s.x), s.d, exec, [&](RowRange r) { k.norm_rope_backward(s, r, nullptr); });
+      for_rows(detail::row_count(s.x), s.d, exec,
+               [&](RowRange r) { k.norm_rope_backward(s, r, nullptr); });
     }
   }
 }

@@ -33,35 +33,31 @@ void record_scalar(Execution& exec, std::initializer_list<std::int64_t> pass_row
   for (const std::int64_t rows : pass_rows) exec.partition.push_back({{0, rows}});
 }
 
-std::int64_t rows_of(const ConstTensorView& v) {
-  return v.numel() / v.shape[v.rank - 1];
-}
-
 BackendOps reference_ops() {
   BackendOps ops;
   ops.rmsnorm_forward = [](const detail::RmsNormForwardProblem& p, Execution& exec) {
-    record_scalar(exec, {rows_of(p.x)});
+    record_scalar(exec, {detail::row_count(p.x)});
     reference::qk_rmsnorm_forward(p);
   };
   ops.rmsnorm_backward = [](const detail::RmsNormBackwardProblem& p, Execution& exec) {
-    record_scalar(exec, {rows_of(p.x)});
+    record_scalar(exec, {detail::row_count(p.x)});
     reference::qk_rmsnorm_backward(p);
   };
   ops.rope = [](const detail::RopeProblem& p, Execution& exec) {
-    record_scalar(exec, {rows_of(p.in)});
+    record_scalar(exec, {detail::row_count(p.in)});
     reference::multi_axis_rope(p);
   };
   ops.qk_norm_rope_forward = [](const detail::QkNormRopeForwardProblem& p, Execution& exec) {
     record_scalar(exec, {});
     for (const auto& stream : p.streams) {
-      exec.partition.push_back({{0, rows_of(stream.x)}});
+      exec.partition.push_back({{0, detail::row_count(stream.x)}});
       reference::norm_rope_forward(stream);
     }
   };
   ops.qk_norm_rope_backward = [](const detail::QkNormRopeBackwardProblem& p, Execution& exec) {
     record_scalar(exec, {});
     for (const auto& stream : p.streams) {
-      exec.partition.push_back({{0, rows_of(stream.x)}});
+      exec.partition.push_back({{0, detail::row_count(stream.x)}});
       reference::norm_rope_backward(stream);
     }
   };
