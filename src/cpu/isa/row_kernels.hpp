@@ -50,11 +50,15 @@ constexpr int kLanes = contract::kTreeLanes;
 constexpr int kMaxRowChunks = kMaxRowLength / kLanes;
 static_assert(kMaxRowLength % (2 * kLanes) == 0);
 
-// The length of a row and its chunks. kFixedLength != 0 makes them compile-time
-// constants: loops over a row's chunks unroll, and a D = 128 row (8 chunks) can stay
-// in registers; 0 reads the length at run time.
-template <int kFixedLength>
-struct RowShape {
+// What a kernel call knows of its rows: their length and chunks, and the dtype of the
+// rows it reads and writes. Compile-time constants where fixed (kFixedLength != 0,
+// kFixedDType != kAnyDType), so that loops over a row's chunks unroll (a D = 128 row,
+// 8 chunks, can stay in registers) and the per-chunk loads, roundings and stores need
+// no dtype dispatch (measured: the dispatch was most of the instructions per element).
+constexpr int kAnyDType = -1;
+
+template <int kFixedLength, int kFixedDType>
+struct RowFormat {
   static constexpr int kCapacity =
       kFixedLength != 0 ? (kFixedLength + kLanes - 1) / kLanes : kMaxRowChunks;
   int runtime_length = kFixedLength;
@@ -64,16 +68,48 @@ struct RowShape {
   constexpr int full_chunks() const { return length() / kLanes; }
   // Elements in the last chunk, 1..16.
   constexpr int last_count() const { return length() - (chunks() - 1) * kLanes; }
+  // The dtype of a row of x, dy or out, or the dtype the diffusers mode rounds
+  // through (the weight's): `actual` is the plan's, equal to the fixed one if any.
+  constexpr DType dtype(DType actual) const {
+    if constexpr (kFixedDType == kAnyDType) {
+      return actual;
+    } else {
+      return static_cast<DType>(kFixedDType);
+    }
+  }
 };
 
-// Calls body(shape) with the shape of a d-element row: fixed for the head dim of
-// Qwen-Image (and most attention models), run-time otherwise.
+// The one dtype of every row and rounding of a plan (x, dy where there is one, out,
+// and the weight's where the diffusers mode rounds through it), or kAnyDType.
+inline int uniform_dtype(const RowPlan& p) {
+  const DType t = p.x.dtype;
+  const bool uniform = p.out.dtype == t && (p.dy.data == nullptr || p.dy.dtype == t) &&
+                       (p.norm.mode != contract::NormMode::Diffusers || p.norm.weight_dtype == t);
+  return uniform ? static_cast<int>(t) : kAnyDType;
+}
+
+// Calls body(format) with the format of the plan's rows: fixed for the head dim of
+// Qwen-Image (and most attention models) with one dtype throughout, which is how a
+// model calls these ops; run-time otherwise.
 template <class Body>
-void with_row_shape(int d, const Body& body) {
-  if (d == 128) {
-    body(RowShape<128>{});
-  } else {
-    body(RowShape<0>{d});
+void with_row_format(const RowPlan& p, const Body& body) {
+  if (p.d != 128) {
+    body(RowFormat<0, kAnyDType>{p.d});
+    return;
+  }
+  switch (uniform_dtype(p)) {
+    case static_cast<int>(DType::F32):
+      body(RowFormat<128, static_cast<int>(DType::F32)>{});
+      return;
+    case static_cast<int>(DType::BF16):
+      body(RowFormat<128, static_cast<int>(DType::BF16)>{});
+      return;
+    case static_cast<int>(DType::F16):
+      body(RowFormat<128, static_cast<int>(DType::F16)>{});
+      return;
+    default:
+      body(RowFormat<128, kAnyDType>{});
+      return;
   }
 }
 
@@ -117,9 +153,9 @@ void scatter(const Elem (&chunk)[kLanes], int count, Elem* dst, std::int64_t ste
   for (int i = 0; i < count; ++i) dst[i * step] = chunk[i];
 }
 
-template <class F, class Elem, class Shape, class Load>
-void load_chunks(const Elem* src, std::int64_t step, Shape shape, F* row, const Load& load) {
-  const int full = shape.full_chunks();
+template <class F, class Elem, class Format, class Load>
+KA_CHUNK_STEP void load_chunks(const Elem* src, std::int64_t step, Format format, F* row, const Load& load) {
+  const int full = format.full_chunks();
   Elem chunk[kLanes];
   if (step == 1) {
     for (int c = 0; c < full; ++c) row[c] = load(src + c * kLanes);
@@ -129,35 +165,35 @@ void load_chunks(const Elem* src, std::int64_t step, Shape shape, F* row, const 
       row[c] = load(chunk);
     }
   }
-  if (full < shape.chunks()) {
-    gather(src + full * kLanes * step, step, shape.last_count(), chunk);
+  if (full < format.chunks()) {
+    gather(src + full * kLanes * step, step, format.last_count(), chunk);
     row[full] = load(chunk);
   }
 }
 
 // Elements [0, length) of a row at data[offset], `step` apart, widened to fp32.
-template <class V, class Shape>
-void load_row(const void* data, DType dtype, std::int64_t offset, std::int64_t step, Shape shape,
+template <class V, class Format>
+KA_CHUNK_STEP void load_row(const void* data, DType dtype, std::int64_t offset, std::int64_t step, Format format,
               typename V::F* row) {
   switch (dtype) {
     case DType::F32:
-      load_chunks(static_cast<const float*>(data) + offset, step, shape, row,
+      load_chunks(static_cast<const float*>(data) + offset, step, format, row,
                   [](const float* p) { return V::load_f32(p); });
       return;
     case DType::BF16:
-      load_chunks(static_cast<const std::uint16_t*>(data) + offset, step, shape, row,
+      load_chunks(static_cast<const std::uint16_t*>(data) + offset, step, format, row,
                   [](const std::uint16_t* p) { return V::load_bf16(p); });
       return;
     case DType::F16:
-      load_chunks(static_cast<const std::uint16_t*>(data) + offset, step, shape, row,
+      load_chunks(static_cast<const std::uint16_t*>(data) + offset, step, format, row,
                   [](const std::uint16_t* p) { return V::load_f16(p); });
       return;
   }
 }
 
-template <class V, class Shape>
-void load_row(const RowInput& t, std::int64_t offset, Shape shape, typename V::F* row) {
-  load_row<V>(t.data, t.dtype, offset, t.step, shape, row);
+template <class V, class Format>
+KA_CHUNK_STEP void load_row(const RowInput& t, std::int64_t offset, Format format, typename V::F* row) {
+  load_row<V>(t.data, format.dtype(t.dtype), offset, t.step, format, row);
 }
 
 // Whether a chunk at p may be stored non-temporally (stream stores need their size's
@@ -169,10 +205,10 @@ bool chunk_aligned(const Elem* p) {
 
 // Chunk c of a row at dst, elements `step` apart; `convert(F)` gives what V::store
 // writes for 16 elements of type Elem.
-template <class V, class Elem, class Shape, class Convert>
-KA_CHUNK_STEP void store_chunk_as(typename V::F value, int c, Shape shape, Elem* dst,
+template <class V, class Elem, class Format, class Convert>
+KA_CHUNK_STEP void store_chunk_as(typename V::F value, int c, Format format, Elem* dst,
                                   std::int64_t step, bool streaming, const Convert& convert) {
-  const bool full = c < shape.full_chunks();
+  const bool full = c < format.full_chunks();
   if (full && step == 1) {
     Elem* p = dst + c * kLanes;
     if (streaming && chunk_aligned(p)) {
@@ -184,26 +220,26 @@ KA_CHUNK_STEP void store_chunk_as(typename V::F value, int c, Shape shape, Elem*
   }
   Elem chunk[kLanes];
   V::store(chunk, convert(value));
-  scatter(chunk, full ? kLanes : shape.last_count(), dst + c * kLanes * step, step);
+  scatter(chunk, full ? kLanes : format.last_count(), dst + c * kLanes * step, step);
 }
 
 // contract::store_output of chunk c of a row at t.data[offset]; `streaming`: with
 // non-temporal stores where the row allows (see streams_output).
-template <class V, class Shape>
-KA_CHUNK_STEP void store_chunk(typename V::F value, int c, Shape shape, const RowOutput& t,
+template <class V, class Format>
+KA_CHUNK_STEP void store_chunk(typename V::F value, int c, Format format, const RowOutput& t,
                                std::int64_t offset, bool streaming) {
   using F = typename V::F;
-  switch (t.dtype) {
+  switch (format.dtype(t.dtype)) {
     case DType::F32:
-      store_chunk_as<V>(value, c, shape, static_cast<float*>(t.data) + offset, t.step, streaming,
+      store_chunk_as<V>(value, c, format, static_cast<float*>(t.data) + offset, t.step, streaming,
                         [](F v) { return V::canonical_nan(v); });
       return;
     case DType::BF16:
-      store_chunk_as<V>(value, c, shape, static_cast<std::uint16_t*>(t.data) + offset, t.step,
+      store_chunk_as<V>(value, c, format, static_cast<std::uint16_t*>(t.data) + offset, t.step,
                         streaming, [](F v) { return V::to_bf16(V::canonical_nan(v)); });
       return;
     case DType::F16:
-      store_chunk_as<V>(value, c, shape, static_cast<std::uint16_t*>(t.data) + offset, t.step,
+      store_chunk_as<V>(value, c, format, static_cast<std::uint16_t*>(t.data) + offset, t.step,
                         streaming, [](F v) { return V::to_f16(V::canonical_nan(v)); });
       return;
   }
@@ -236,27 +272,27 @@ KA_CHUNK_STEP typename V::F round_through(DType dtype, typename V::F v) {
 }
 
 // The weight, or the contract's fp32 ones when there is none.
-template <class V, class Shape>
-void load_weight(const NormParams& norm, Shape shape, typename V::F* weight) {
+template <class V, class Format>
+void load_weight(const NormParams& norm, Format format, typename V::F* weight) {
   if (norm.weight == nullptr) {
-    for (int c = 0; c < shape.chunks(); ++c) weight[c] = V::broadcast(1.0f);
+    for (int c = 0; c < format.chunks(); ++c) weight[c] = V::broadcast(1.0f);
   } else {
-    load_row<V>(norm.weight, norm.weight_dtype, 0, norm.weight_step, shape, weight);
+    load_row<V>(norm.weight, norm.weight_dtype, 0, norm.weight_step, format, weight);
   }
 }
 
 // sums[16c + j] = add(sums[16c + j], lane j of terms) for the row's elements in chunk c.
-template <class V, class Shape>
-KA_CHUNK_STEP void add_chunk_to(float* sums, int c, Shape shape, typename V::F terms) {
+template <class V, class Format>
+KA_CHUNK_STEP void add_chunk_to(float* sums, int c, Format format, typename V::F terms) {
   float* s = sums + c * kLanes;
-  if (c < shape.full_chunks()) {
+  if (c < format.full_chunks()) {
     V::store(s, V::add(V::load_f32(s), terms));
     return;
   }
   float chunk[kLanes];
-  gather(s, 1, shape.last_count(), chunk);
+  gather(s, 1, format.last_count(), chunk);
   V::store(chunk, V::add(V::load_f32(chunk), terms));
-  scatter(chunk, shape.last_count(), s, 1);
+  scatter(chunk, format.last_count(), s, 1);
 }
 
 // ---- RMSNorm steps ---------------------------------------------------------------
@@ -267,49 +303,52 @@ KA_CHUNK_STEP void add_chunk_to(float* sums, int c, Shape shape, typename V::F t
 // The sums take a batch of kRows rows: each row's sums are chains of dependent adds in
 // the contract's order, and interleaving the chains of several rows lets them overlap.
 
-template <class V, class Shape, int kRows>
-using RowBatch = typename V::F[kRows][Shape::kCapacity];
+template <class V, class Format, int kRows>
+using RowBatch = typename V::F[kRows][Format::kCapacity];
 
 // contract::rms_normalized of 16 elements, r = the row's rstd in every lane.
-template <class V>
-KA_CHUNK_STEP typename V::F normalized(const NormParams& norm, typename V::F r, typename V::F x) {
+template <class V, class Format>
+KA_CHUNK_STEP typename V::F normalized(const NormParams& norm, Format format, typename V::F r,
+                                       typename V::F x) {
   const typename V::F n = V::mul(x, r);
-  return norm.mode == contract::NormMode::Diffusers ? round_through<V>(norm.weight_dtype, n) : n;
+  return norm.mode == contract::NormMode::Diffusers
+             ? round_through<V>(format.dtype(norm.weight_dtype), n)
+             : n;
 }
 
 // contract::rms_forward of 16 elements.
-template <class V>
-KA_CHUNK_STEP typename V::F rms_forward(const NormParams& norm, typename V::F r, typename V::F x,
-                                        typename V::F weight) {
-  return V::mul(normalized<V>(norm, r, x), weight);
+template <class V, class Format>
+KA_CHUNK_STEP typename V::F rms_forward(const NormParams& norm, Format format, typename V::F r,
+                                        typename V::F x, typename V::F weight) {
+  return V::mul(normalized<V>(norm, format, r, x), weight);
 }
 
 // contract::row_rstd of each row of the batch.
-template <class V, class Shape, int kRows>
-void rms_rstd_rows(const NormParams& norm, Shape shape, const RowBatch<V, Shape, kRows>& x,
+template <class V, class Format, int kRows>
+void rms_rstd_rows(const NormParams& norm, Format format, const RowBatch<V, Format, kRows>& x,
                    float (&rstd)[kRows]) {
   typename V::F squares[kRows];
   for (auto& s : squares) s = V::zero();
-  for (int c = 0; c < shape.chunks(); ++c) {
+  for (int c = 0; c < format.chunks(); ++c) {
     for (int b = 0; b < kRows; ++b) squares[b] = V::add(squares[b], V::mul(x[b][c], x[b][c]));
   }
   for (int b = 0; b < kRows; ++b) {
-    rstd[b] = contract::rms_rstd(V::tree_reduce(squares[b]), shape.length(), norm.eps);
+    rstd[b] = contract::rms_rstd(V::tree_reduce(squares[b]), format.length(), norm.eps);
   }
 }
 
 // The rmsnorm backward of the rows with upstream gradients dy: calls
 // consume_dx(b, c, chunk c of row b's dx), and when dw_partial is not null adds each
 // row's dw terms mul(dy_i, n_i) into it, rows in order.
-template <class V, class Shape, int kRows, class ConsumeDx>
-void rms_backward_rows(const NormParams& norm, const typename V::F* weight, Shape shape,
-                       const RowBatch<V, Shape, kRows>& x, const RowBatch<V, Shape, kRows>& dy,
+template <class V, class Format, int kRows, class ConsumeDx>
+void rms_backward_rows(const NormParams& norm, const typename V::F* weight, Format format,
+                       const RowBatch<V, Format, kRows>& x, const RowBatch<V, Format, kRows>& dy,
                        float* dw_partial, const ConsumeDx& consume_dx) {
   using F = typename V::F;
   F squares[kRows];
   F dots[kRows];
   for (int b = 0; b < kRows; ++b) squares[b] = dots[b] = V::zero();
-  for (int c = 0; c < shape.chunks(); ++c) {
+  for (int c = 0; c < format.chunks(); ++c) {
     for (int b = 0; b < kRows; ++b) {
       squares[b] = V::add(squares[b], V::mul(x[b][c], x[b][c]));
       dots[b] = V::add(dots[b], V::mul(V::mul(dy[b][c], weight[c]), x[b][c]));
@@ -317,15 +356,16 @@ void rms_backward_rows(const NormParams& norm, const typename V::F* weight, Shap
   }
   for (int b = 0; b < kRows; ++b) {
     // contract::rms_backward_row from the two sums.
-    const float rstd = contract::rms_rstd(V::tree_reduce(squares[b]), shape.length(), norm.eps);
+    const float rstd = contract::rms_rstd(V::tree_reduce(squares[b]), format.length(), norm.eps);
     const float rstd3 = contract::mul(contract::mul(rstd, rstd), rstd);
     const float coef = contract::mul(
-        rstd3, contract::div(V::tree_reduce(dots[b]), static_cast<float>(shape.length())));
+        rstd3, contract::div(V::tree_reduce(dots[b]), static_cast<float>(format.length())));
     const F r = V::broadcast(rstd);
     const F k = V::broadcast(coef);
-    for (int c = 0; c < shape.chunks(); ++c) {
+    for (int c = 0; c < format.chunks(); ++c) {
       if (dw_partial != nullptr) {
-        add_chunk_to<V>(dw_partial, c, shape, V::mul(dy[b][c], normalized<V>(norm, r, x[b][c])));
+        add_chunk_to<V>(dw_partial, c, format,
+                        V::mul(dy[b][c], normalized<V>(norm, format, r, x[b][c])));
       }
       consume_dx(b, c, V::sub(V::mul(r, V::mul(dy[b][c], weight[c])), V::mul(x[b][c], k)));
     }
@@ -341,24 +381,24 @@ void rms_backward_rows(const NormParams& norm, const typename V::F* weight, Shap
 // (negation is exact, and x - y is x + (-y) in IEEE 754), and its second
 // add(mul(a, s), mul(b, c)) differs from add(mul(b, c), mul(a, s)) in NaN payloads
 // only, which the store canonicalises. The transpose rotation negates every sin_i.
-template <class V, class Shape>
+template <class V, class Format>
 struct RotationTable {
-  typename V::F cos[Shape::kCapacity];
-  typename V::F sin[Shape::kCapacity];
+  typename V::F cos[Format::kCapacity];
+  typename V::F sin[Format::kCapacity];
   std::int64_t row = -1;  // the table row expanded, -1 before the first
 };
 
-template <class V, class Shape>
-void expand_table_row(const RopeParams& rope, std::int64_t table_row, Shape shape,
+template <class V, class Format>
+void expand_table_row(const RopeParams& rope, std::int64_t table_row, Format format,
                       typename V::F* cos, typename V::F* sin) {
-  const int d = shape.length();
+  const int d = format.length();
   const int half = d / 2;
   const float* cos_row = rope.cos + table_row * rope.cos_strides[0];
   const float* sin_row = rope.sin + table_row * rope.sin_strides[0];
   if (rope.cos_strides[1] == 1 && rope.sin_strides[1] == 1 && d % (2 * kLanes) == 0) {
     // Pairs never straddle a chunk: vector loads straight from the table.
-    const int half_chunks = shape.chunks() / 2;
-    for (int c = 0; c < shape.chunks(); ++c) {
+    const int half_chunks = format.chunks() / 2;
+    for (int c = 0; c < format.chunks(); ++c) {
       if (rope.interleaved) {
         cos[c] = V::dup_pairs(cos_row + c * kLanes / 2);
         sin[c] = V::negate_even(V::dup_pairs(sin_row + c * kLanes / 2));
@@ -382,7 +422,7 @@ void expand_table_row(const RopeParams& rope, std::int64_t table_row, Shape shap
     cos_elems[i] = cos_row[column * rope.cos_strides[1]];
     sin_elems[i] = first != rope.transpose ? -s : s;
   }
-  for (int c = 0; c < shape.chunks(); ++c) {
+  for (int c = 0; c < format.chunks(); ++c) {
     cos[c] = V::load_f32(cos_elems + c * kLanes);
     sin[c] = V::load_f32(sin_elems + c * kLanes);
   }
@@ -390,11 +430,11 @@ void expand_table_row(const RopeParams& rope, std::int64_t table_row, Shape shap
 
 // The table expanded for `table_row`, re-expanded only when the row changes: the
 // heads of a token (consecutive rows in BSHD) share one table row.
-template <class V, class Shape>
-const RotationTable<V, Shape>& table_for(const RopeParams& rope, std::int64_t table_row,
-                                         Shape shape, RotationTable<V, Shape>& table) {
+template <class V, class Format>
+const RotationTable<V, Format>& table_for(const RopeParams& rope, std::int64_t table_row,
+                                          Format format, RotationTable<V, Format>& table) {
   if (table.row != table_row) {
-    expand_table_row<V>(rope, table_row, shape, table.cos, table.sin);
+    expand_table_row<V>(rope, table_row, format, table.cos, table.sin);
     table.row = table_row;
   }
   return table;
@@ -403,23 +443,23 @@ const RotationTable<V, Shape>& table_for(const RopeParams& rope, std::int64_t ta
 // Calls consume(c, chunk c of the rotation of x) for every chunk of a row, where
 // produce(c) gives chunk c of x; each chunk is produced once. Lanes past the row's
 // end are +0 in the rotation when they are in x.
-template <class V, class Shape, class Produce, class Consume>
-KA_CHUNK_STEP void rotate_chunks(const RopeParams& rope, const RotationTable<V, Shape>& table,
-                                 Shape shape, const Produce& produce, const Consume& consume) {
+template <class V, class Format, class Produce, class Consume>
+KA_CHUNK_STEP void rotate_chunks(const RopeParams& rope, const RotationTable<V, Format>& table,
+                                 Format format, const Produce& produce, const Consume& consume) {
   using F = typename V::F;
   const auto rotated = [&](int c, F x, F partner) KA_CHUNK_LAMBDA {
     return V::add(V::mul(x, table.cos[c]), V::mul(partner, table.sin[c]));
   };
-  const int d = shape.length();
+  const int d = format.length();
   if (rope.interleaved) {
     // Pairs are adjacent lanes of one chunk (a row's length is even).
-    for (int c = 0; c < shape.chunks(); ++c) {
+    for (int c = 0; c < format.chunks(); ++c) {
       const auto& x = produce(c);
       consume(c, rotated(c, x, V::swap_pairs(x)));
     }
   } else if (d % (2 * kLanes) == 0) {
     // The partner of chunk c is chunk c + chunks/2, and the other way round.
-    const int half_chunks = shape.chunks() / 2;
+    const int half_chunks = format.chunks() / 2;
     for (int c = 0; c < half_chunks; ++c) {
       const auto& first = produce(c);
       const auto& second = produce(c + half_chunks);
@@ -428,29 +468,32 @@ KA_CHUNK_STEP void rotate_chunks(const RopeParams& rope, const RotationTable<V, 
     }
   } else {
     // The row twice in a row: element i + d/2 of it is the partner of element i.
-    F x[Shape::kCapacity];
-    for (int c = 0; c < shape.chunks(); ++c) x[c] = produce(c);
+    F x[Format::kCapacity];
+    for (int c = 0; c < format.chunks(); ++c) x[c] = produce(c);
     float twice[2 * kMaxRowLength + kLanes];
-    for (int c = 0; c < shape.chunks(); ++c) V::store(twice + c * kLanes, x[c]);
-    for (int c = 0; c < shape.chunks(); ++c) V::store(twice + d + c * kLanes, x[c]);
-    const int last = shape.chunks() - 1;
+    for (int c = 0; c < format.chunks(); ++c) V::store(twice + c * kLanes, x[c]);
+    for (int c = 0; c < format.chunks(); ++c) V::store(twice + d + c * kLanes, x[c]);
+    const int last = format.chunks() - 1;
     for (int c = 0; c < last; ++c)
       consume(c, rotated(c, x[c], V::load_f32(twice + c * kLanes + d / 2)));
     // Lanes past the end read partners from the second copy.
     consume(last, V::keep_first(rotated(last, x[last], V::load_f32(twice + last * kLanes + d / 2)),
-                                shape.last_count()));
+                                format.last_count()));
   }
 }
 
 // ---- Kernels -----------------------------------------------------------------------
 // Each reads a row whole before it writes it: an output may be its input (in place).
+// Each works on a local copy of its plan: a vector store may alias any memory, so
+// fields read through the caller's reference would be reloaded after every store
+// (measured with g++ 12), while a local whose address stays inside the kernel may not.
 
 // Calls body(std::integral_constant<int, n>) for consecutive batches of n rows that
 // cover [begin, end): 4 at a time where rows are short enough to keep 4 in registers
 // or L1, then one at a time.
-template <class Shape, class Body>
+template <class Format, class Body>
 void for_row_batches(std::int64_t begin, std::int64_t end, const Body& body) {
-  constexpr int kBatch = Shape::kCapacity <= 16 ? 4 : 1;
+  constexpr int kBatch = Format::kCapacity <= 16 ? 4 : 1;
   std::int64_t r = begin;
   for (; end - r >= kBatch; r += kBatch) body(std::integral_constant<int, kBatch>{});
   if constexpr (kBatch > 1) {
@@ -459,27 +502,28 @@ void for_row_batches(std::int64_t begin, std::int64_t end, const Body& body) {
 }
 
 template <class V>
-void rmsnorm_forward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end, float*) {
+void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
+  const RowPlan p = plan;
   const bool streaming = streams_output(p);
-  with_row_shape(p.d, [&](auto shape) {
-    using Shape = decltype(shape);
-    typename V::F weight[Shape::kCapacity];
-    load_weight<V>(p.norm, shape, weight);
+  with_row_format(p, [&](auto format) {
+    using Format = decltype(format);
+    typename V::F weight[Format::kCapacity];
+    load_weight<V>(p.norm, format, weight);
     RowWalk row(p.extents, begin);
-    for_row_batches<Shape>(begin, end, [&](auto batch) {
+    for_row_batches<Format>(begin, end, [&](auto batch) {
       constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Shape, kRows> x;
+      RowBatch<V, Format, kRows> x;
       std::int64_t y_offset[kRows] = {};
       for (int b = 0; b < kRows; ++b, row.next()) {
-        load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
+        load_row<V>(p.x, row.offset(p.x.strides), format, x[b]);
         y_offset[b] = row.offset(p.out.strides);
       }
       float rstd[kRows];
-      rms_rstd_rows<V>(p.norm, shape, x, rstd);
+      rms_rstd_rows<V>(p.norm, format, x, rstd);
       for (int b = 0; b < kRows; ++b) {
         const typename V::F r = V::broadcast(rstd[b]);
-        for (int c = 0; c < shape.chunks(); ++c) {
-          store_chunk<V>(rms_forward<V>(p.norm, r, x[b][c], weight[c]), c, shape, p.out,
+        for (int c = 0; c < format.chunks(); ++c) {
+          store_chunk<V>(rms_forward<V>(p.norm, format, r, x[b][c], weight[c]), c, format, p.out,
                          y_offset[b], streaming);
         }
       }
@@ -489,26 +533,27 @@ void rmsnorm_forward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t e
 }
 
 template <class V>
-void rmsnorm_backward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end,
+void rmsnorm_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                              float* dw_partial) {
+  const RowPlan p = plan;
   const bool streaming = streams_output(p);
-  with_row_shape(p.d, [&](auto shape) {
-    using Shape = decltype(shape);
-    typename V::F weight[Shape::kCapacity];
-    load_weight<V>(p.norm, shape, weight);
+  with_row_format(p, [&](auto format) {
+    using Format = decltype(format);
+    typename V::F weight[Format::kCapacity];
+    load_weight<V>(p.norm, format, weight);
     RowWalk row(p.extents, begin);
-    for_row_batches<Shape>(begin, end, [&](auto batch) {
+    for_row_batches<Format>(begin, end, [&](auto batch) {
       constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Shape, kRows> x, dy;
+      RowBatch<V, Format, kRows> x, dy;
       std::int64_t dx_offset[kRows] = {};
       for (int b = 0; b < kRows; ++b, row.next()) {
-        load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
-        load_row<V>(p.dy, row.offset(p.dy.strides), shape, dy[b]);
+        load_row<V>(p.x, row.offset(p.x.strides), format, x[b]);
+        load_row<V>(p.dy, row.offset(p.dy.strides), format, dy[b]);
         dx_offset[b] = row.offset(p.out.strides);
       }
-      rms_backward_rows<V>(p.norm, weight, shape, x, dy, dw_partial,
+      rms_backward_rows<V>(p.norm, weight, format, x, dy, dw_partial,
                            [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
-                             store_chunk<V>(dx, c, shape, p.out, dx_offset[b], streaming);
+                             store_chunk<V>(dx, c, format, p.out, dx_offset[b], streaming);
                            });
     });
   });
@@ -516,22 +561,23 @@ void rmsnorm_backward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t 
 }
 
 template <class V>
-void rope_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end, float*) {
+void rope_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
+  const RowPlan p = plan;
   const bool streaming = streams_output(p);
-  with_row_shape(p.d, [&](auto shape) {
-    using Shape = decltype(shape);
-    RotationTable<V, Shape> table;
-    typename V::F x[Shape::kCapacity];
+  with_row_format(p, [&](auto format) {
+    using Format = decltype(format);
+    RotationTable<V, Format> table;
+    typename V::F x[Format::kCapacity];
     RowWalk row(p.extents, begin);
     for (std::int64_t r = begin; r < end; ++r, row.next()) {
       const std::int64_t table_row = p.rope.seq_offset + row.index(p.rope.seq_dim);
       const std::int64_t y_offset = row.offset(p.out.strides);
-      load_row<V>(p.x, row.offset(p.x.strides), shape, x);
+      load_row<V>(p.x, row.offset(p.x.strides), format, x);
       rotate_chunks<V>(
-          p.rope, table_for<V>(p.rope, table_row, shape, table), shape,
+          p.rope, table_for<V>(p.rope, table_row, format, table), format,
           [&](int c) KA_CHUNK_LAMBDA -> const typename V::F& { return x[c]; },
           [&](int c, typename V::F y)
-              KA_CHUNK_LAMBDA { store_chunk<V>(y, c, shape, p.out, y_offset, streaming); });
+              KA_CHUNK_LAMBDA { store_chunk<V>(y, c, format, p.out, y_offset, streaming); });
     }
   });
   if (streaming) V::stream_fence();
@@ -539,35 +585,37 @@ void rope_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end, float*)
 
 // rope(rmsnorm(x)) through a row of out's dtype: the unfused ops' intermediate tensor.
 template <class V>
-void norm_rope_forward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end, float*) {
+void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
+  const RowPlan p = plan;
   const bool streaming = streams_output(p);
-  with_row_shape(p.d, [&](auto shape) {
-    using Shape = decltype(shape);
-    RotationTable<V, Shape> table;
-    typename V::F weight[Shape::kCapacity];
-    load_weight<V>(p.norm, shape, weight);
+  with_row_format(p, [&](auto format) {
+    using Format = decltype(format);
+    RotationTable<V, Format> table;
+    typename V::F weight[Format::kCapacity];
+    load_weight<V>(p.norm, format, weight);
     RowWalk row(p.extents, begin);
-    for_row_batches<Shape>(begin, end, [&](auto batch) {
+    for_row_batches<Format>(begin, end, [&](auto batch) {
       constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Shape, kRows> x;
+      RowBatch<V, Format, kRows> x;
       std::int64_t table_row[kRows];
       std::int64_t y_offset[kRows] = {};
       for (int b = 0; b < kRows; ++b, row.next()) {
-        load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
+        load_row<V>(p.x, row.offset(p.x.strides), format, x[b]);
         table_row[b] = p.rope.seq_offset + row.index(p.rope.seq_dim);
         y_offset[b] = row.offset(p.out.strides);
       }
       float rstd[kRows];
-      rms_rstd_rows<V>(p.norm, shape, x, rstd);
+      rms_rstd_rows<V>(p.norm, format, x, rstd);
       for (int b = 0; b < kRows; ++b) {
         const typename V::F r = V::broadcast(rstd[b]);
         rotate_chunks<V>(
-            p.rope, table_for<V>(p.rope, table_row[b], shape, table), shape,
+            p.rope, table_for<V>(p.rope, table_row[b], format, table), format,
             [&](int c) KA_CHUNK_LAMBDA {
-              return round_through<V>(p.out.dtype, rms_forward<V>(p.norm, r, x[b][c], weight[c]));
+              return round_through<V>(format.dtype(p.out.dtype),
+                                      rms_forward<V>(p.norm, format, r, x[b][c], weight[c]));
             },
             [&](int c, typename V::F y)
-                KA_CHUNK_LAMBDA { store_chunk<V>(y, c, shape, p.out, y_offset[b], streaming); });
+                KA_CHUNK_LAMBDA { store_chunk<V>(y, c, format, p.out, y_offset[b], streaming); });
       }
     });
   });
@@ -577,34 +625,35 @@ void norm_rope_forward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t
 // The rmsnorm backward of (x, g) with g = the transpose rotation of dy through a row
 // of dy's dtype: the unfused ops' intermediate tensor.
 template <class V>
-void norm_rope_backward_kernel(const RowPlan& p, std::int64_t begin, std::int64_t end,
+void norm_rope_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                                float* dw_partial) {
+  const RowPlan p = plan;
   const bool streaming = streams_output(p);
-  with_row_shape(p.d, [&](auto shape) {
-    using Shape = decltype(shape);
-    RotationTable<V, Shape> table;
-    typename V::F weight[Shape::kCapacity];
-    load_weight<V>(p.norm, shape, weight);
+  with_row_format(p, [&](auto format) {
+    using Format = decltype(format);
+    RotationTable<V, Format> table;
+    typename V::F weight[Format::kCapacity];
+    load_weight<V>(p.norm, format, weight);
     RowWalk row(p.extents, begin);
-    for_row_batches<Shape>(begin, end, [&](auto batch) {
+    for_row_batches<Format>(begin, end, [&](auto batch) {
       constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Shape, kRows> x, g;
+      RowBatch<V, Format, kRows> x, g;
       std::int64_t dx_offset[kRows] = {};
       for (int b = 0; b < kRows; ++b, row.next()) {
         const std::int64_t table_row = p.rope.seq_offset + row.index(p.rope.seq_dim);
-        typename V::F dy[Shape::kCapacity];
-        load_row<V>(p.x, row.offset(p.x.strides), shape, x[b]);
-        load_row<V>(p.dy, row.offset(p.dy.strides), shape, dy);
+        typename V::F dy[Format::kCapacity];
+        load_row<V>(p.x, row.offset(p.x.strides), format, x[b]);
+        load_row<V>(p.dy, row.offset(p.dy.strides), format, dy);
         rotate_chunks<V>(
-            p.rope, table_for<V>(p.rope, table_row, shape, table), shape,
+            p.rope, table_for<V>(p.rope, table_row, format, table), format,
             [&](int c) KA_CHUNK_LAMBDA -> const typename V::F& { return dy[c]; },
             [&](int c, typename V::F y)
-                KA_CHUNK_LAMBDA { g[b][c] = round_through<V>(p.dy.dtype, y); });
+                KA_CHUNK_LAMBDA { g[b][c] = round_through<V>(format.dtype(p.dy.dtype), y); });
         dx_offset[b] = row.offset(p.out.strides);
       }
-      rms_backward_rows<V>(p.norm, weight, shape, x, g, dw_partial,
+      rms_backward_rows<V>(p.norm, weight, format, x, g, dw_partial,
                            [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
-                             store_chunk<V>(dx, c, shape, p.out, dx_offset[b], streaming);
+                             store_chunk<V>(dx, c, format, p.out, dx_offset[b], streaming);
                            });
     });
   });
