@@ -5,7 +5,6 @@
 
 #include <string>
 
-#include "cpu/isa/row_plan.hpp"
 #include "kernel_align/error.hpp"
 
 namespace kernel_align::cpu {
@@ -71,6 +70,8 @@ RopeParams rope_of(const ConstTensorView& cos, const ConstTensorView& sin, std::
   return rope;
 }
 
+}  // namespace
+
 RowPlan plan_of(const detail::RmsNormForwardProblem& p) {
   RowPlan plan;
   plan.d = p.d;
@@ -120,27 +121,7 @@ RowPlan plan_of(const detail::NormRopeBackwardProblem& p) {
   return plan;
 }
 
-// The Kernels of one path: each entry builds the plan and runs the path's row kernel.
-template <const RowKernels& kRows>
-constexpr Kernels kernels_over() {
-  return {
-      [](const detail::RmsNormForwardProblem& p, RowRange rows) {
-        kRows.rmsnorm_forward(plan_of(p), rows.begin, rows.end, nullptr);
-      },
-      [](const detail::RmsNormBackwardProblem& p, RowRange rows, float* dw_partial) {
-        kRows.rmsnorm_backward(plan_of(p), rows.begin, rows.end, dw_partial);
-      },
-      [](const detail::RopeProblem& p, RowRange rows) {
-        kRows.rope(plan_of(p), rows.begin, rows.end, nullptr);
-      },
-      [](const detail::NormRopeForwardProblem& p, RowRange rows) {
-        kRows.norm_rope_forward(plan_of(p), rows.begin, rows.end, nullptr);
-      },
-      [](const detail::NormRopeBackwardProblem& p, RowRange rows, float* dw_partial) {
-        kRows.norm_rope_backward(plan_of(p), rows.begin, rows.end, dw_partial);
-      },
-  };
-}
+namespace {
 
 constexpr Kernels kPortable = kernels_over<portable_row_kernels>();
 #if defined(__x86_64__)

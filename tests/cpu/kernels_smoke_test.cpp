@@ -174,18 +174,43 @@ std::int64_t rows_of(const ConstTensorView& v) {
 // kernels, or with the reference backend when kernels is null.
 using CaseRun = std::function<Outputs(const cpu::Kernels* kernels)>;
 
-class KernelsSmoke : public ::testing::TestWithParam<Isa> {
+// The kernels a case runs: a path of this build (on CPUs that have it), or the AVX-512
+// path compiled on SIMDe's portable AVX-512 (tests/cpu/CMakeLists.txt), which runs on
+// any x86-64 CPU.
+struct KernelPath {
+  std::string name;
+  Isa isa = Isa::Portable;
+  bool on_simde = false;
+};
+
+#if defined(KERNEL_ALIGN_HAVE_AVX512_ON_SIMDE)
+constexpr cpu::Kernels kAvx512OnSimde = cpu::kernels_over<cpu::avx512_on_simde_row_kernels>();
+#endif
+
+class KernelsSmoke : public ::testing::TestWithParam<KernelPath> {
  protected:
   void SetUp() override {
-    if (GetParam() > best_isa()) GTEST_SKIP() << isa_name(GetParam()) << " is not available here";
+    const KernelPath& path = GetParam();
+    if (path.on_simde) {
+#if defined(KERNEL_ALIGN_HAVE_AVX512_ON_SIMDE)
+      kernels_ = &kAvx512OnSimde;
+#else
+      GTEST_SKIP() << "built without SIMDe (Debian: libsimde-dev) or not for x86-64: the "
+                      "AVX-512 path is tested only on AVX-512 CPUs";
+#endif
+      return;
+    }
+    if (path.isa > best_isa()) GTEST_SKIP() << isa_name(path.isa) << " is not available here";
+    kernels_ = &cpu::kernels(path.isa);
   }
   void check(const std::string& name, const CaseRun& run) {
     const Outputs expected = run(nullptr);
-    const Outputs actual = run(&cpu::kernels(GetParam()));
+    const Outputs actual = run(kernels_);
     EXPECT_TRUE(test::same_bytes(expected, actual)) << name;
     ++cases_;
   }
   int cases_ = 0;
+  const cpu::Kernels* kernels_ = nullptr;
 };
 
 std::string describe_case(const char* op, int d, DType in, DType out, Memory m) {
@@ -424,8 +449,11 @@ TEST_P(KernelsSmoke, LargeOutputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, KernelsSmoke,
-                         ::testing::Values(Isa::Portable, Isa::Avx2, Isa::Avx512),
-                         [](const auto& path) { return std::string(isa_name(path.param)); });
+                         ::testing::Values(KernelPath{"portable", Isa::Portable},
+                                           KernelPath{"avx2", Isa::Avx2},
+                                           KernelPath{"avx512", Isa::Avx512},
+                                           KernelPath{"avx512_on_simde", Isa::Avx512, true}),
+                         [](const auto& path) { return path.param.name; });
 
 }  // namespace
 }  // namespace kernel_align

@@ -10,6 +10,13 @@
 #error "avx512.cpp is built for x86-64 only"
 #endif
 
+#if defined(KERNEL_ALIGN_AVX512_ON_SIMDE)
+// A test build of this file (tests/cpu/CMakeLists.txt): the same policy on SIMDe's
+// portable AVX-512 (tests/cpu/avx512_on_simde.hpp), so that its bytes are checked on
+// CPUs without AVX-512.
+#include "cpu/avx512_on_simde.hpp"
+#define KA_AVX512_ROW_KERNELS avx512_on_simde_row_kernels
+#else
 // GCC 12's AVX-512 headers initialise their "undefined" registers from themselves
 // (GCC bug 105593), which -Wuninitialized reports at each use of those intrinsics.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -20,6 +27,8 @@
 #include <immintrin.h>
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
+#define KA_AVX512_ROW_KERNELS avx512_row_kernels
 #endif
 
 #include <cstdint>
@@ -109,6 +118,6 @@ struct Avx512Ops {
 
 }  // namespace
 
-constinit const RowKernels avx512_row_kernels = row_kernels_of<Avx512Ops>();
+constinit const RowKernels KA_AVX512_ROW_KERNELS = row_kernels_of<Avx512Ops>();
 
 }  // namespace kernel_align::cpu

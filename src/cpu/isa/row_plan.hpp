@@ -87,5 +87,8 @@ struct RowKernels {
 extern const RowKernels portable_row_kernels;
 extern const RowKernels avx2_row_kernels;
 extern const RowKernels avx512_row_kernels;
+// avx512.cpp compiled on SIMDe's portable AVX-512, in the CPU tests only
+// (tests/cpu/avx512_on_simde.hpp).
+extern const RowKernels avx512_on_simde_row_kernels;
 
 }  // namespace kernel_align::cpu
