@@ -45,7 +45,9 @@ from --ours-json. Its loop allocates nothing, so the allocator does not matter t
 Printed (all in --json / --csv, one row per op, dtype, shape, thread count):
   1. torch / C++ benchmark time, with the issue's targets (eager tuned, compile);
   2. same process and thread count: eager, compile, diffusers over ka (per allocator);
-  3. binding overhead: ka and ka_op time / C++ time - 1, flagged at >= 3%.
+  3. binding overhead, flagged at >= 3%: ka and ka_op time / C++ benchmark time - 1, and
+     the same paired call by call against the time the C++ backend ran inside each call
+     (kernel_align.last_call().backend_seconds), which machine noise hits on both sides.
 Ratios are the other time over ours (> 1: ours is faster). Our RoPE pairs are
 interleaved (diffusers'), the seed formula's rotate-half: same bytes, same flops.
 """
@@ -322,17 +324,26 @@ def case_builders(impls, compile_now):
     return builders
 
 
-def time_ms(fn, min_reps, max_reps, budget_s):
-    """Median wall time of fn in ms, after one untimed call (for compile: the compile)."""
+def time_ms(fn, min_reps, max_reps, budget_s, backend_seconds=None):
+    """Median wall time of fn in ms, after one untimed call (for compile: the compile).
+
+    With backend_seconds (a function giving the C++ backend's wall time of the last
+    call), also the median over calls of (fn's time / its backend's time) - 1, in %:
+    the binding overhead paired call by call, so that a slow-down of the machine that
+    hits both halves of a call cancels out."""
     fn()
     samples = []
+    paired = []
     t_start = time.perf_counter()
     while len(samples) < min_reps or (len(samples) < max_reps
                                       and time.perf_counter() - t_start < budget_s):
         t0 = time.perf_counter()
         fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
+        elapsed = time.perf_counter() - t0
+        samples.append(elapsed * 1e3)
+        if backend_seconds is not None:
+            paired.append(100.0 * (elapsed / backend_seconds() - 1.0))
+    return statistics.median(samples), (statistics.median(paired) if paired else None)
 
 
 def child(args) -> int:
@@ -359,7 +370,9 @@ def child(args) -> int:
                         try:
                             t0 = time.perf_counter()
                             case = build(op, tensors)
-                            ms = time_ms(case, *reps)
+                            backend_seconds = (lambda: ka.last_call().backend_seconds) \
+                                if impl.startswith("ka") else None
+                            ms, paired_pct = time_ms(case, *reps, backend_seconds=backend_seconds)
                             setup = time.perf_counter() - t0
                         except Exception as e:  # report, keep going
                             print(f"compare_torch: {impl} {op} {dname} {shape} t={threads}: {e}",
@@ -370,6 +383,7 @@ def child(args) -> int:
                                       impl=impl, allocator=args.allocator, ms=ms)
                         if impl.startswith("ka"):
                             result["isa"] = ka.last_call().isa  # to match the C++ path
+                            result["paired_overhead_pct"] = paired_pct
                         results.append(result)
                         with open(args.child_out + ".partial", "a") as f:
                             f.write(json.dumps(result) + "\n")
@@ -454,6 +468,8 @@ def comparison_rows(args, torch_rows, cases, path) -> list:
     """One row per (op, dtype, shape, threads) with every time and ratio."""
     t = {(r["op"], r["dtype"], r["shape"], r["threads"], r["impl"], r["allocator"]): r["ms"]
          for r in torch_rows}
+    paired = {(r["op"], r["dtype"], r["shape"], r["threads"], r["impl"], r["allocator"]):
+              r["paired_overhead_pct"] for r in torch_rows if r.get("paired_overhead_pct") is not None}
     nan = float("nan")
     rows = []
     for shape in args.shapes:
@@ -489,6 +505,8 @@ def comparison_rows(args, torch_rows, cases, path) -> list:
                         for impl in ("ka", "ka_op"):
                             row[f"{impl}_{alloc}_overhead_pct"] = \
                                 100.0 * (ratio(row[f"{impl}_{alloc}_ms"], cpp) - 1.0)
+                            row[f"{impl}_{alloc}_paired_overhead_pct"] = paired.get(
+                                (op, dtype, shape, threads, impl, alloc), nan)
                     rows.append(row)
     return rows
 
@@ -542,21 +560,26 @@ def print_overhead(rows, allocators):
             return "n/a"
         return f"{v:+.1f}%" + (" **>= 3%**" if v >= OVERHEAD_FLAG_PCT else "")
 
-    print("### Binding overhead: torch-op time / C++ benchmark time - 1")
+    print("### Binding overhead: torch-op time over the C++ call - 1")
     print()
     print("ka: kernel_align.* (backward through autograd); ka_op: torch.ops.kernel_align.* "
           "(backward ops called directly). Both allocate their outputs each call; the C++ "
-          "loop writes into preallocated buffers.")
+          "loop writes into preallocated buffers. 'vs bench': median torch-op time / median "
+          "C++ benchmark time (separate processes, so machine noise shows in full); "
+          "'paired': median over calls of the call's time / the time its C++ backend ran "
+          "in that same call (kernel_align.last_call().backend_seconds) - 1.")
     print()
-    print("| op | dtype | shape | threads | allocator | C++ ms | ka ms | ka overhead "
-          "| ka_op ms | ka_op overhead |")
-    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|")
+    print("| op | dtype | shape | threads | allocator | C++ ms | ka ms | ka vs bench "
+          "| ka paired | ka_op ms | ka_op vs bench | ka_op paired |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         for alloc in allocators:
             print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | {alloc} | "
                   f"{f(r['cpp_ms'])} | {f(r[f'ka_{alloc}_ms'])} | "
-                  f"{pct(r[f'ka_{alloc}_overhead_pct'])} | {f(r[f'ka_op_{alloc}_ms'])} | "
-                  f"{pct(r[f'ka_op_{alloc}_overhead_pct'])} |")
+                  f"{pct(r[f'ka_{alloc}_overhead_pct'])} | "
+                  f"{pct(r[f'ka_{alloc}_paired_overhead_pct'])} | {f(r[f'ka_op_{alloc}_ms'])} | "
+                  f"{pct(r[f'ka_op_{alloc}_overhead_pct'])} | "
+                  f"{pct(r[f'ka_op_{alloc}_paired_overhead_pct'])} |")
 
 
 def main(argv=None) -> int:

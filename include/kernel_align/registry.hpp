@@ -51,6 +51,10 @@ struct CallReport {
   std::string backend;
   std::string isa;
   std::string fallback;  // "" unless it fell back: why the requested backend did not run it
+  // Wall time of the backend running the call (its kernels and threads), without
+  // validation, the registry's choice and tracing: what a binding's overhead is
+  // measured against, paired call by call.
+  double backend_seconds = 0.0;
 };
 CallReport last_call();
 

@@ -51,6 +51,9 @@ class CallReport(NamedTuple):
     backend: str
     isa: str
     fallback: str  # "" unless the call fell back: why the requested backend did not run it
+    # Wall time of the backend running the call, without validation, the registry's
+    # choice and tracing (what the torch binding's overhead is measured against).
+    backend_seconds: float
 
 
 def last_call() -> CallReport:

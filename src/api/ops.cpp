@@ -3,6 +3,7 @@
 #include "kernel_align/ops.hpp"
 
 #include <bit>
+#include <chrono>
 #include <cstdint>
 
 #include "api/float_env.hpp"
@@ -51,14 +52,17 @@ void run(const CallDescription& description, int head_dim, const Problem& proble
   const registry::Choice choice = registry::choose(call_of(description, head_dim));
   registry::Execution exec;
   trace::FloatState float_state;
+  std::chrono::duration<double> backend_time{};
   {
     const detail::ContractFloatEnvironment env;
     float_state = trace::read_float_state();
+    const auto start = std::chrono::steady_clock::now();
     (choice.backend->ops.*entry)(problem, exec);
     after();
+    backend_time = std::chrono::steady_clock::now() - start;
   }
-  registry::set_last_call(
-      {choice.requested->name, choice.backend->name, exec.isa, choice.fallback});
+  registry::set_last_call({choice.requested->name, choice.backend->name, exec.isa, choice.fallback,
+                           backend_time.count()});
   if (trace::enabled()) trace::write(description, choice, exec, float_state);
 }
 

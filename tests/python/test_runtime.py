@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import torch
 
@@ -39,6 +40,7 @@ def test_strict_mode_runs_supported_calls(generator):
     x = torch.randn(3, 128, generator=generator)
     y = ka.qk_rmsnorm(x)
     assert ka.last_call().fallback == "" and ka.fallback_count() == before
+    assert 0.0 < ka.last_call().backend_seconds
     ka.strict(False)
     assert not ka.is_strict()
     assert_bitwise(ka.qk_rmsnorm(x), y)
@@ -56,3 +58,14 @@ def test_thread_count_does_not_change_bytes(generator):
     for other in results[1:]:
         assert_bitwise(other[0], results[0][0])
         assert_bitwise(other[1], results[0][1])
+
+
+def test_last_call_times_the_backend_within_the_call(generator):
+    """backend_seconds is the C++ backend's share of each call: positive, and never more
+    than the whole call as Python sees it (compare_torch.py pairs the two)."""
+    x = torch.randn(1, 64, 24, 128, generator=generator).to(torch.bfloat16)
+    for _ in range(3):
+        start = time.perf_counter()
+        ka.qk_rmsnorm(x)
+        whole = time.perf_counter() - start
+        assert 0.0 < ka.last_call().backend_seconds <= whole

@@ -7,6 +7,7 @@
 // ("narrow") ahead of them whose capabilities leave out one thing at a time.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -92,6 +93,21 @@ TEST(Registry, DefaultIsSimdThenReference) {
   EXPECT_EQ(last_call().requested_backend, "simd");
   EXPECT_EQ(last_call().isa, isa_name(isa()));
   EXPECT_EQ(last_call().fallback, "");
+}
+
+TEST(Registry, LastCallTimesTheBackendWithinTheCall) {
+  const RegistryGuard guard;
+  test::Rng rng(3);
+  const HostTensor x = test::random_tensor(DType::BF16, {1, 64, 24, kD}, rng);
+  HostTensor y(DType::BF16, {1, 64, 24, kD});
+  for (int call = 0; call < 3; ++call) {
+    const auto start = std::chrono::steady_clock::now();
+    qk_rmsnorm_forward(x.cview(), std::nullopt, y.view(), {});
+    const std::chrono::duration<double> whole = std::chrono::steady_clock::now() - start;
+    const double backend = last_call().backend_seconds;
+    EXPECT_GT(backend, 0.0) << "call " << call;
+    EXPECT_LE(backend, whole.count()) << "call " << call;
+  }
 }
 
 TEST(Registry, NoBackendIsRegisteredOffTheCpu) {
