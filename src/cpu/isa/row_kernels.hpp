@@ -154,7 +154,8 @@ void scatter(const Elem (&chunk)[kLanes], int count, Elem* dst, std::int64_t ste
 }
 
 template <class F, class Elem, class Format, class Load>
-KA_CHUNK_STEP void load_chunks(const Elem* src, std::int64_t step, Format format, F* row, const Load& load) {
+KA_CHUNK_STEP void load_chunks(const Elem* src, std::int64_t step, Format format, F* row,
+                               const Load& load) {
   const int full = format.full_chunks();
   Elem chunk[kLanes];
   if (step == 1) {
@@ -173,8 +174,8 @@ KA_CHUNK_STEP void load_chunks(const Elem* src, std::int64_t step, Format format
 
 // Elements [0, length) of a row at data[offset], `step` apart, widened to fp32.
 template <class V, class Format>
-KA_CHUNK_STEP void load_row(const void* data, DType dtype, std::int64_t offset, std::int64_t step, Format format,
-              typename V::F* row) {
+KA_CHUNK_STEP void load_row(const void* data, DType dtype, std::int64_t offset, std::int64_t step,
+                            Format format, typename V::F* row) {
   switch (dtype) {
     case DType::F32:
       load_chunks(static_cast<const float*>(data) + offset, step, format, row,
@@ -192,7 +193,8 @@ KA_CHUNK_STEP void load_row(const void* data, DType dtype, std::int64_t offset, 
 }
 
 template <class V, class Format>
-KA_CHUNK_STEP void load_row(const RowInput& t, std::int64_t offset, Format format, typename V::F* row) {
+KA_CHUNK_STEP void load_row(const RowInput& t, std::int64_t offset, Format format,
+                            typename V::F* row) {
   load_row<V>(t.data, format.dtype(t.dtype), offset, t.step, format, row);
 }
 
@@ -341,9 +343,10 @@ void rms_rstd_rows(const NormParams& norm, Format format, const RowBatch<V, Form
 // consume_dx(b, c, chunk c of row b's dx), and when dw_partial is not null adds each
 // row's dw terms mul(dy_i, n_i) into it, rows in order.
 template <class V, class Format, int kRows, class ConsumeDx>
-void rms_backward_rows(const NormParams& norm, const typename V::F* weight, Format format,
-                       const RowBatch<V, Format, kRows>& x, const RowBatch<V, Format, kRows>& dy,
-                       float* dw_partial, const ConsumeDx& consume_dx) {
+KA_CHUNK_STEP void rms_backward_rows(const NormParams& norm, const typename V::F* weight,
+                                     Format format, const RowBatch<V, Format, kRows>& x,
+                                     const RowBatch<V, Format, kRows>& dy, float* dw_partial,
+                                     const ConsumeDx& consume_dx) {
   using F = typename V::F;
   F squares[kRows];
   F dots[kRows];
@@ -501,63 +504,89 @@ void for_row_batches(std::int64_t begin, std::int64_t end, const Body& body) {
   }
 }
 
-template <class V>
-void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  const RowPlan p = plan;
+// The rows of one batch of a normalising kernel, as the driver below hands them on.
+template <class V, class Format, int kRows>
+struct NormBatch {
+  RowBatch<V, Format, kRows> x;
+  RowBatch<V, Format, kRows> dy;            // the backward's gradient rows, as the norm sees them
+  std::int64_t table_row[kRows];            // the RoPE table row of each row
+  std::int64_t out_offset[kRows];           // where each row goes in the output
+  typename V::F staged[Format::kCapacity];  // a row on its way into dy (the fused backward)
+};
+
+// The driver of the four kernels that normalise rows (rmsnorm and the fused op, forward
+// and backward): the row format, the weight, the walk over rows in batches, loading x,
+// the offsets, the stream fence. For each batch, after loading x, it calls
+//   prepare(format, batch, b, row, table) for each row b at `row` (the backwards load
+//   dy there),
+//   compute(format, batch, weight, table, streaming) for the batch,
+// with `table` the RoPE table expansion the batches share (fused kernels only).
+template <class V, class Prepare, class Compute>
+void for_norm_batches(const RowPlan& p, std::int64_t begin, std::int64_t end,
+                      const Prepare& prepare, const Compute& compute) {
   const bool streaming = streams_output(p);
   with_row_format(p, [&](auto format) {
     using Format = decltype(format);
+    RotationTable<V, Format> table;
     typename V::F weight[Format::kCapacity];
     load_weight<V>(p.norm, format, weight);
     RowWalk row(p.extents, begin);
-    for_row_batches<Format>(begin, end, [&](auto batch) {
-      constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Format, kRows> x;
-      std::int64_t y_offset[kRows] = {};
-      for (int b = 0; b < kRows; ++b, row.next()) {
-        load_row<V>(p.x, row.offset(p.x.strides), format, x[b]);
-        y_offset[b] = row.offset(p.out.strides);
+    for_row_batches<Format>(begin, end, [&](auto rows) {
+      NormBatch<V, Format, decltype(rows)::value> batch;
+      for (int b = 0; b < decltype(rows)::value; ++b, row.next()) {
+        load_row<V>(p.x, row.offset(p.x.strides), format, batch.x[b]);
+        batch.table_row[b] = p.rope.seq_offset + row.index(p.rope.seq_dim);
+        batch.out_offset[b] = row.offset(p.out.strides);
+        prepare(format, batch, b, row, table);
       }
-      float rstd[kRows];
-      rms_rstd_rows<V>(p.norm, format, x, rstd);
-      for (int b = 0; b < kRows; ++b) {
-        const typename V::F r = V::broadcast(rstd[b]);
-        for (int c = 0; c < format.chunks(); ++c) {
-          store_chunk<V>(rms_forward<V>(p.norm, format, r, x[b][c], weight[c]), c, format, p.out,
-                         y_offset[b], streaming);
-        }
-      }
+      compute(format, batch, weight, table, streaming);
     });
   });
   if (streaming) V::stream_fence();
+}
+
+// Loads nothing more than x.
+constexpr auto kNothingToPrepare = [](auto&&...) {};
+
+template <class V>
+void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
+  const RowPlan p = plan;
+  const auto compute = [&](auto format, const auto& batch, const auto* weight, auto&,
+                           bool streaming) KA_CHUNK_LAMBDA {
+    constexpr int kRows = std::extent_v<decltype(batch.out_offset)>;
+    float rstd[kRows];
+    rms_rstd_rows<V>(p.norm, format, batch.x, rstd);
+    for (int b = 0; b < kRows; ++b) {
+      const typename V::F r = V::broadcast(rstd[b]);
+      for (int c = 0; c < format.chunks(); ++c) {
+        store_chunk<V>(rms_forward<V>(p.norm, format, r, batch.x[b][c], weight[c]), c, format,
+                       p.out, batch.out_offset[b], streaming);
+      }
+    }
+  };
+  for_norm_batches<V>(p, begin, end, kNothingToPrepare, compute);
+}
+
+// The rmsnorm backward of a batch whose dy rows are loaded: dx stored, dw terms added.
+template <class V>
+auto rms_backward_batch(const RowPlan& p, float* dw_partial) {
+  return [&p, dw_partial](auto format, const auto& batch, const auto* weight, auto&,
+                          bool streaming) KA_CHUNK_LAMBDA {
+    rms_backward_rows<V>(p.norm, weight, format, batch.x, batch.dy, dw_partial,
+                         [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
+                           store_chunk<V>(dx, c, format, p.out, batch.out_offset[b], streaming);
+                         });
+  };
 }
 
 template <class V>
 void rmsnorm_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                              float* dw_partial) {
   const RowPlan p = plan;
-  const bool streaming = streams_output(p);
-  with_row_format(p, [&](auto format) {
-    using Format = decltype(format);
-    typename V::F weight[Format::kCapacity];
-    load_weight<V>(p.norm, format, weight);
-    RowWalk row(p.extents, begin);
-    for_row_batches<Format>(begin, end, [&](auto batch) {
-      constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Format, kRows> x, dy;
-      std::int64_t dx_offset[kRows] = {};
-      for (int b = 0; b < kRows; ++b, row.next()) {
-        load_row<V>(p.x, row.offset(p.x.strides), format, x[b]);
-        load_row<V>(p.dy, row.offset(p.dy.strides), format, dy[b]);
-        dx_offset[b] = row.offset(p.out.strides);
-      }
-      rms_backward_rows<V>(p.norm, weight, format, x, dy, dw_partial,
-                           [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
-                             store_chunk<V>(dx, c, format, p.out, dx_offset[b], streaming);
-                           });
-    });
-  });
-  if (streaming) V::stream_fence();
+  const auto load_dy =
+      [&](auto format, auto& batch, int b, const RowWalk& row, auto&)
+          KA_CHUNK_LAMBDA { load_row<V>(p.dy, row.offset(p.dy.strides), format, batch.dy[b]); };
+  for_norm_batches<V>(p, begin, end, load_dy, rms_backward_batch<V>(p, dw_partial));
 }
 
 template <class V>
@@ -587,39 +616,24 @@ void rope_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, floa
 template <class V>
 void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
   const RowPlan p = plan;
-  const bool streaming = streams_output(p);
-  with_row_format(p, [&](auto format) {
-    using Format = decltype(format);
-    RotationTable<V, Format> table;
-    typename V::F weight[Format::kCapacity];
-    load_weight<V>(p.norm, format, weight);
-    RowWalk row(p.extents, begin);
-    for_row_batches<Format>(begin, end, [&](auto batch) {
-      constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Format, kRows> x;
-      std::int64_t table_row[kRows];
-      std::int64_t y_offset[kRows] = {};
-      for (int b = 0; b < kRows; ++b, row.next()) {
-        load_row<V>(p.x, row.offset(p.x.strides), format, x[b]);
-        table_row[b] = p.rope.seq_offset + row.index(p.rope.seq_dim);
-        y_offset[b] = row.offset(p.out.strides);
-      }
-      float rstd[kRows];
-      rms_rstd_rows<V>(p.norm, format, x, rstd);
-      for (int b = 0; b < kRows; ++b) {
-        const typename V::F r = V::broadcast(rstd[b]);
-        rotate_chunks<V>(
-            p.rope, table_for<V>(p.rope, table_row[b], format, table), format,
-            [&](int c) KA_CHUNK_LAMBDA {
-              return round_through<V>(format.dtype(p.out.dtype),
-                                      rms_forward<V>(p.norm, format, r, x[b][c], weight[c]));
-            },
-            [&](int c, typename V::F y)
-                KA_CHUNK_LAMBDA { store_chunk<V>(y, c, format, p.out, y_offset[b], streaming); });
-      }
-    });
-  });
-  if (streaming) V::stream_fence();
+  const auto compute = [&](auto format, const auto& batch, const auto* weight, auto& table,
+                           bool streaming) KA_CHUNK_LAMBDA {
+    constexpr int kRows = std::extent_v<decltype(batch.out_offset)>;
+    float rstd[kRows];
+    rms_rstd_rows<V>(p.norm, format, batch.x, rstd);
+    for (int b = 0; b < kRows; ++b) {
+      const typename V::F r = V::broadcast(rstd[b]);
+      const auto normalized_chunk = [&](int c) KA_CHUNK_LAMBDA {
+        return round_through<V>(format.dtype(p.out.dtype),
+                                rms_forward<V>(p.norm, format, r, batch.x[b][c], weight[c]));
+      };
+      rotate_chunks<V>(p.rope, table_for<V>(p.rope, batch.table_row[b], format, table), format,
+                       normalized_chunk, [&](int c, typename V::F y) KA_CHUNK_LAMBDA {
+                         store_chunk<V>(y, c, format, p.out, batch.out_offset[b], streaming);
+                       });
+    }
+  };
+  for_norm_batches<V>(p, begin, end, kNothingToPrepare, compute);
 }
 
 // The rmsnorm backward of (x, g) with g = the transpose rotation of dy through a row
@@ -628,36 +642,16 @@ template <class V>
 void norm_rope_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                                float* dw_partial) {
   const RowPlan p = plan;
-  const bool streaming = streams_output(p);
-  with_row_format(p, [&](auto format) {
-    using Format = decltype(format);
-    RotationTable<V, Format> table;
-    typename V::F weight[Format::kCapacity];
-    load_weight<V>(p.norm, format, weight);
-    RowWalk row(p.extents, begin);
-    for_row_batches<Format>(begin, end, [&](auto batch) {
-      constexpr int kRows = decltype(batch)::value;
-      RowBatch<V, Format, kRows> x, g;
-      std::int64_t dx_offset[kRows] = {};
-      for (int b = 0; b < kRows; ++b, row.next()) {
-        const std::int64_t table_row = p.rope.seq_offset + row.index(p.rope.seq_dim);
-        typename V::F dy[Format::kCapacity];
-        load_row<V>(p.x, row.offset(p.x.strides), format, x[b]);
-        load_row<V>(p.dy, row.offset(p.dy.strides), format, dy);
-        rotate_chunks<V>(
-            p.rope, table_for<V>(p.rope, table_row, format, table), format,
-            [&](int c) KA_CHUNK_LAMBDA -> const typename V::F& { return dy[c]; },
-            [&](int c, typename V::F y)
-                KA_CHUNK_LAMBDA { g[b][c] = round_through<V>(format.dtype(p.dy.dtype), y); });
-        dx_offset[b] = row.offset(p.out.strides);
-      }
-      rms_backward_rows<V>(p.norm, weight, format, x, g, dw_partial,
-                           [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
-                             store_chunk<V>(dx, c, format, p.out, dx_offset[b], streaming);
-                           });
-    });
-  });
-  if (streaming) V::stream_fence();
+  const auto load_g = [&](auto format, auto& batch, int b, const RowWalk& row,
+                          auto& table) KA_CHUNK_LAMBDA {
+    load_row<V>(p.dy, row.offset(p.dy.strides), format, batch.staged);
+    rotate_chunks<V>(
+        p.rope, table_for<V>(p.rope, batch.table_row[b], format, table), format,
+        [&](int c) KA_CHUNK_LAMBDA -> const typename V::F& { return batch.staged[c]; },
+        [&](int c, typename V::F g)
+            KA_CHUNK_LAMBDA { batch.dy[b][c] = round_through<V>(format.dtype(p.dy.dtype), g); });
+  };
+  for_norm_batches<V>(p, begin, end, load_g, rms_backward_batch<V>(p, dw_partial));
 }
 
 // The table of path V (constant-initialised: no code runs before main).
