@@ -329,11 +329,24 @@ std::function<void()> make_call(Op op, Workspace& w) {
 // ---------------------------------------------------------------------------------------
 // The cases.
 
+// KERNEL_ALIGN_BENCH_NO_COPY_BASELINE=1 leaves the copy counters out: for runs that
+// count instructions (bench/count_instructions.py), where timing copies only costs.
+bool copy_baseline_wanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("KERNEL_ALIGN_BENCH_NO_COPY_BASELINE");
+    return v == nullptr || *v == '\0' || std::string(v) == "0";
+  }();
+  return wanted;
+}
+
 void attach_copy_counters(benchmark::State& state, std::int64_t bytes, int threads) {
-  const CopyRate& rate = copy_rate(static_cast<std::size_t>(bytes), threads);
   const auto b = static_cast<double>(bytes);
   using benchmark::Counter;
   state.counters["GBps"] = Counter(b * 1e-9, Counter::kIsIterationInvariantRate);
+  state.counters["bytes"] = Counter(b);
+  state.counters["threads"] = Counter(threads);
+  if (!copy_baseline_wanted()) return;
+  const CopyRate& rate = copy_rate(static_cast<std::size_t>(bytes), threads);
   state.counters["copy_GBps"] = Counter(rate.memcpy_bytes_per_second * 1e-9);
   state.counters["nt_copy_GBps"] = Counter(rate.nt_bytes_per_second * 1e-9);
   // (bytes / copy rate) per iteration over the iteration time = the copy's time over ours.
@@ -341,8 +354,6 @@ void attach_copy_counters(benchmark::State& state, std::int64_t bytes, int threa
       Counter(b / rate.memcpy_bytes_per_second, Counter::kIsIterationInvariantRate);
   state.counters["ratio_to_nt_copy"] =
       Counter(b / rate.nt_bytes_per_second, Counter::kIsIterationInvariantRate);
-  state.counters["bytes"] = Counter(b);
-  state.counters["threads"] = Counter(threads);
 }
 
 void run_op(benchmark::State& state, Op op, int shape, DType dt, const Path& path, int threads) {
