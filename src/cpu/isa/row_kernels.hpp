@@ -548,21 +548,28 @@ void for_norm_batches(const RowPlan& p, std::int64_t begin, std::int64_t end,
 // Loads nothing more than x.
 constexpr auto kNothingToPrepare = [](auto&&...) {};
 
+// The forward kernels' rows: calls body(b, r) for each row b of the batch, r = the
+// row's rstd in every lane.
+template <class V, class Format, class Batch, class Body>
+KA_CHUNK_STEP void for_each_rstd(const NormParams& norm, Format format, const Batch& batch,
+                                 const Body& body) {
+  constexpr int kRows = std::extent_v<decltype(batch.out_offset)>;
+  float rstd[kRows];
+  rms_rstd_rows<V>(norm, format, batch.x, rstd);
+  for (int b = 0; b < kRows; ++b) body(b, V::broadcast(rstd[b]));
+}
+
 template <class V>
 void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
   const RowPlan p = plan;
   const auto compute = [&](auto format, const auto& batch, const auto* weight, auto&,
                            bool streaming) KA_CHUNK_LAMBDA {
-    constexpr int kRows = std::extent_v<decltype(batch.out_offset)>;
-    float rstd[kRows];
-    rms_rstd_rows<V>(p.norm, format, batch.x, rstd);
-    for (int b = 0; b < kRows; ++b) {
-      const typename V::F r = V::broadcast(rstd[b]);
+    for_each_rstd<V>(p.norm, format, batch, [&](int b, typename V::F r) KA_CHUNK_LAMBDA {
       for (int c = 0; c < format.chunks(); ++c) {
         store_chunk<V>(rms_forward<V>(p.norm, format, r, batch.x[b][c], weight[c]), c, format,
                        p.out, batch.out_offset[b], streaming);
       }
-    }
+    });
   };
   for_norm_batches<V>(p, begin, end, kNothingToPrepare, compute);
 }
@@ -618,11 +625,7 @@ void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int6
   const RowPlan p = plan;
   const auto compute = [&](auto format, const auto& batch, const auto* weight, auto& table,
                            bool streaming) KA_CHUNK_LAMBDA {
-    constexpr int kRows = std::extent_v<decltype(batch.out_offset)>;
-    float rstd[kRows];
-    rms_rstd_rows<V>(p.norm, format, batch.x, rstd);
-    for (int b = 0; b < kRows; ++b) {
-      const typename V::F r = V::broadcast(rstd[b]);
+    for_each_rstd<V>(p.norm, format, batch, [&](int b, typename V::F r) KA_CHUNK_LAMBDA {
       const auto normalized_chunk = [&](int c) KA_CHUNK_LAMBDA {
         return round_through<V>(format.dtype(p.out.dtype),
                                 rms_forward<V>(p.norm, format, r, batch.x[b][c], weight[c]));
@@ -631,7 +634,7 @@ void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int6
                        normalized_chunk, [&](int c, typename V::F y) KA_CHUNK_LAMBDA {
                          store_chunk<V>(y, c, format, p.out, batch.out_offset[b], streaming);
                        });
-    }
+    });
   };
   for_norm_batches<V>(p, begin, end, kNothingToPrepare, compute);
 }
