@@ -34,8 +34,9 @@ w.r.t. the inputs and the weights; only the backward is timed. qk_rmsnorm uses t
 weight, as the C++ benchmark does.
 
 Each allocator setting runs in its own child process (this script re-executes itself):
-glibc defaults, and GLIBC_TUNABLES=glibc.malloc.mmap_max=0 ("tuned": large tensors come
-from the heap instead of fresh page-faulting mmaps each call). torch.compile is timed
+glibc defaults, and "tuned" (TUNED_GLIBC below): large tensors come from the heap instead
+of fresh page-faulting mmaps each call, and the heap is not trimmed back to the OS when the
+freed tensor is its top chunk (which would page-fault the next call's output again). torch.compile is timed
 under --compile-allocators only.
 
 C++ side: the Google Benchmark binary (bench/kernel_align_bench) is run with a filter for
@@ -83,7 +84,8 @@ DTYPES = ["fp32", "bf16", "fp16"]
 OPS = ["qk_rmsnorm_fwd", "qk_rmsnorm_bwd", "multi_axis_rope_fwd", "multi_axis_rope_bwd",
        "qk_norm_rope_fwd", "qk_norm_rope_bwd"]
 IMPLS = ["ka", "ka_op", "eager", "diffusers", "compile"]  # timed in this order
-ALLOCATORS = {"default": None, "tuned": "glibc.malloc.mmap_max=0"}
+TUNED_GLIBC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
+ALLOCATORS = {"default": None, "tuned": TUNED_GLIBC}
 # The targets: ours vs eager torch with the tuned allocator, and vs torch.compile.
 TARGET_EAGER = {"bf16": 5.0, "fp32": 2.5}
 TARGET_COMPILE = 1.2

@@ -1,7 +1,7 @@
 """Loads the extension (the ``torch.ops.kernel_align`` operators, defined and given
-their CPU kernels in C++) and registers, through ``torch.library``, each operator's
-fake kernel (shapes, dtypes and strides, for FakeTensor and ``torch.compile``) and
-autograd formula.
+their CPU and autograd kernels in C++) and registers, through ``torch.library``, each
+operator's fake kernel (shapes, dtypes and strides, for FakeTensor and
+``torch.compile``).
 
 The fake kernels allocate exactly as the C++ kernels do (``empty_like``, which keeps a
 dense input's strides), so compiled graphs see the strides eager mode produces.
@@ -70,31 +70,14 @@ def _qk_rmsnorm_backward_fake(x, dy, weight, eps, norm_mode, compute_dw):
     return torch.empty_like(x), dw
 
 
-def _qk_rmsnorm_setup_context(ctx, inputs, output):
-    x, weight, eps, norm_mode, _out_dtype = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.eps, ctx.norm_mode = eps, norm_mode
-
-
-def _qk_rmsnorm_backward(ctx, dy):
-    x, weight = ctx.saved_tensors
-    compute_dw = weight is not None and ctx.needs_input_grad[1]
-    dx, dw = ops.qk_rmsnorm_backward(x, dy, weight, ctx.eps, ctx.norm_mode, compute_dw)
-    return dx, (dw if compute_dw else None), None, None, None
-
-
-torch.library.register_autograd(
-    "kernel_align::qk_rmsnorm", _qk_rmsnorm_backward, setup_context=_qk_rmsnorm_setup_context
-)
-
-
 # ---------------------------------------------------------------------------------------
 # multi_axis_rope
 
 
 def check_constant_tables(op: str, cos: torch.Tensor, sin: torch.Tensor) -> None:
     """The ops have no gradient with respect to cos/sin: refuse rather than drop it.
-    Called where autograd records the op (setup_context runs only then)."""
+    For the in-place RoPE's autograd.Function (functional.py); the functional ops'
+    autograd kernels (csrc/autograd.cpp) refuse with the same message."""
     if cos.requires_grad or sin.requires_grad:
         raise ValueError(
             f"kernel_align.{op}: arguments 'cos', 'sin': expected constant tables (no "
@@ -117,26 +100,6 @@ def _multi_axis_rope_inplace_fake(x, cos, sin, pairing="interleaved", layout="bs
 def _multi_axis_rope_backward_fake(dy, cos, sin, pairing, layout):
     check_cpu("multi_axis_rope_backward", dy=dy, cos=cos, sin=sin)
     return torch.empty_like(dy)
-
-
-def _multi_axis_rope_setup_context(ctx, inputs, output):
-    _x, cos, sin, pairing, layout = inputs
-    check_constant_tables("multi_axis_rope", cos, sin)
-    ctx.save_for_backward(cos, sin)
-    ctx.pairing, ctx.layout = pairing, layout
-
-
-def _multi_axis_rope_backward(ctx, dy):
-    cos, sin = ctx.saved_tensors
-    dx = ops.multi_axis_rope_backward(dy, cos, sin, ctx.pairing, ctx.layout)
-    return dx, None, None, None, None
-
-
-torch.library.register_autograd(
-    "kernel_align::multi_axis_rope",
-    _multi_axis_rope_backward,
-    setup_context=_multi_axis_rope_setup_context,
-)
 
 
 # ---------------------------------------------------------------------------------------
@@ -176,24 +139,3 @@ def _qk_norm_rope_backward_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weig
     return (torch.empty_like(q), torch.empty_like(k)) + dws
 
 
-def _qk_norm_rope_setup_context(ctx, inputs, output):
-    (q, k, tq, tk, iq, ik, cos, sin, text_len, eps, norm_mode, pairing, layout,
-     _out_dtype) = inputs
-    check_constant_tables("qk_norm_rope", cos, sin)
-    ctx.save_for_backward(q, k, tq, tk, iq, ik, cos, sin)
-    ctx.options = (text_len, eps, norm_mode, pairing, layout)
-
-
-def _qk_norm_rope_backward(ctx, dq_out, dk_out):
-    q, k, tq, tk, iq, ik, cos, sin = ctx.saved_tensors
-    weights = (tq, tk, iq, ik)
-    compute_dw = [w is not None and ctx.needs_input_grad[2 + i] for i, w in enumerate(weights)]
-    dq, dk, *dws = ops.qk_norm_rope_backward(q, k, dq_out, dk_out, *weights, cos, sin,
-                                             *ctx.options, compute_dw)
-    dws = [dw if wanted else None for dw, wanted in zip(dws, compute_dw)]
-    return (dq, dk, *dws) + (None,) * 8
-
-
-torch.library.register_autograd(
-    "kernel_align::qk_norm_rope", _qk_norm_rope_backward, setup_context=_qk_norm_rope_setup_context
-)

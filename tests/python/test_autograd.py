@@ -102,6 +102,37 @@ def test_gradients_vs_torch_formulas(dtype, generator):
     assert_bitwise(dx, rope(dq, cos, sin, transpose=True))
 
 
+def test_gradients_of_the_given_weights(generator):
+    """The autograd kernels (csrc/autograd.cpp) map each gradient to its input when only
+    some weights are given and only some inputs are asked for: each gradient equals the
+    backward operator's, called with just that weight gradient requested."""
+    cos, sin = tables(6, generator)
+    q = torch.randn(1, 6, 2, 16, generator=generator, requires_grad=True)
+    k = torch.randn(1, 6, 1, 16, generator=generator, requires_grad=True)
+    text_k = torch.randn(16, generator=generator, requires_grad=True)
+    image_q = torch.randn(16, generator=generator)  # given, but constant
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    options = (cos, sin, 2, 1e-6, "diffusers", "interleaved", "bshd")
+    expected = OPS.qk_norm_rope_backward(q.detach(), k.detach(), dq, dk, None, text_k.detach(),
+                                         image_q, None, *options, [False, True, False, False])
+
+    def grads(*inputs):
+        outs = ka.qk_norm_rope(q, k, cos, sin, text_len=2, text_k_weight=text_k,
+                               image_q_weight=image_q)
+        return torch.autograd.grad(outs, inputs, (dq, dk))
+
+    dq_expected, dk_expected, _, dw_text_k, _, _ = expected
+    for got, want in zip(grads(q, k, text_k), (dq_expected, dk_expected, dw_text_k)):
+        assert_bitwise(got, want)
+    assert_bitwise(grads(text_k)[0], dw_text_k)
+
+    x = torch.randn(3, 16, generator=generator)
+    w = torch.randn(16, generator=generator, requires_grad=True)
+    dy = torch.randn_like(x)
+    (dw,) = torch.autograd.grad(ka.qk_rmsnorm(x, w), w, dy)
+    assert_bitwise(dw, OPS.qk_rmsnorm_backward(x, dy, w.detach(), 1e-6, "single", True)[1])
+
+
 def test_inplace_rope_autograd(generator):
     """multi_axis_rope_ under autograd: recorded as an in-place op (version bump), its
     gradient the transpose rotation, the same as the out-of-place op's."""

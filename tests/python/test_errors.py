@@ -126,8 +126,16 @@ def test_aliasing_outputs_are_refused(rope_inputs):
 
 def test_autograd_misuse(rope_inputs):
     x, cos, sin = rope_inputs
-    with pytest.raises(ValueError, match=r"'cos', 'sin': expected constant tables"):
-        ka.multi_axis_rope(x.requires_grad_(), cos.requires_grad_(), sin)
+    x.requires_grad_()
+    trainable = cos.clone().requires_grad_()
+    for op, call in (("multi_axis_rope", lambda: ka.multi_axis_rope(x, trainable, sin)),
+                     ("multi_axis_rope_", lambda: ka.multi_axis_rope_(x.clone(), cos, trainable)),
+                     ("qk_norm_rope", lambda: ka.qk_norm_rope(x, x, trainable, sin, text_len=2))):
+        with pytest.raises(ValueError, match=rf"{op}: arguments 'cos', 'sin': expected constant "
+                                             "tables"):
+            call()
+    with torch.no_grad():  # nothing is recorded, so there is nothing to refuse
+        ka.multi_axis_rope(x, trainable, sin)
     with pytest.raises(ValueError, match=r"qk_norm_rope_: expected tensors without autograd"):
         ka.qk_norm_rope_(x, x.detach().clone(), cos.detach(), sin)
 

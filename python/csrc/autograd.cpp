@@ -1,0 +1,215 @@
+// Autograd kernels of the three differentiable operators (qk_rmsnorm, multi_axis_rope,
+// qk_norm_rope), registered for the Autograd dispatch key. Each records a
+// torch::autograd::Function whose forward redispatches to the operator's own kernel
+// below autograd and whose backward calls the matching *_backward operator, so eager
+// calls, the autograd engine and torch.compile (AOTAutograd traces these through the
+// dispatcher, reaching the fake kernels) all see the same operators.
+//
+// They are C++ rather than torch.library.register_autograd's Python kernel because every
+// call passes through the Autograd key, gradients or not: after a kernel that streamed
+// tens of MB through the caches, that Python round trip cost about 0.1 ms per call
+// (docs/performance.md, "Binding overhead").
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "views.hpp"
+
+namespace kernel_align::torch_ext {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using OptionalTensor = std::optional<at::Tensor>;
+
+// The operators' C++ signatures, as the CPU kernels in ops.cpp declare them; `typed`
+// checks each against the registered schema.
+using QkRmsNormSignature = at::Tensor(const at::Tensor&, const OptionalTensor&, double,
+                                      c10::string_view, std::optional<at::ScalarType>);
+using QkRmsNormBackwardSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&,
+                                                                      const at::Tensor&,
+                                                                      const OptionalTensor&, double,
+                                                                      c10::string_view, bool);
+using RopeSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 c10::string_view, c10::string_view);
+using QkNormRopeSignature = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const OptionalTensor&, const OptionalTensor&,
+    const OptionalTensor&, const OptionalTensor&, const at::Tensor&, const at::Tensor&,
+    std::int64_t, double, c10::string_view, c10::string_view, c10::string_view,
+    std::optional<at::ScalarType>);
+using QkNormRopeBackwardSignature =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+        const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+        const OptionalTensor&, const OptionalTensor&, const OptionalTensor&, const OptionalTensor&,
+        const at::Tensor&, const at::Tensor&, std::int64_t, double, c10::string_view,
+        c10::string_view, c10::string_view, std::array<bool, 4>);
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> operator_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+// Runs `op` on the kernel below autograd (the CPU kernel, or the fake one when traced).
+template <class Signature, class... Args>
+auto redispatch(const c10::TypedOperatorHandle<Signature>& op, Args&&... args) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(std::forward<Args>(args)...);
+}
+
+OptionalTensor optional_of(const at::Tensor& t) {
+  return t.defined() ? OptionalTensor(t) : std::nullopt;
+}
+
+// The ops give cos/sin no gradient: refuse tables that require one rather than drop it.
+// Checked only where autograd records the call.
+void check_constant_tables(const char* op, const at::Tensor& cos, const at::Tensor& sin) {
+  if (c10::GradMode::is_enabled() && (cos.requires_grad() || sin.requires_grad())) {
+    raise_value_error(op,
+                      "arguments 'cos', 'sin': expected constant tables (no gradient flows "
+                      "into them), found a table that requires grad (pass .detach())");
+  }
+}
+
+struct QkRmsNormFunction : torch::autograd::Function<QkRmsNormFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const OptionalTensor& weight,
+                            double eps, c10::string_view mode,
+                            std::optional<at::ScalarType> out_dtype) {
+    static const auto op = operator_handle<QkRmsNormSignature>("kernel_align::qk_rmsnorm");
+    ctx->save_for_backward({x, weight.value_or(at::Tensor())});
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["mode"] = std::string(mode);
+    return redispatch(op, x, weight, eps, mode, out_dtype);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op =
+        operator_handle<QkRmsNormBackwardSignature>("kernel_align::qk_rmsnorm_backward");
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& weight = saved[1];
+    // Autograd's inputs are x and, when given, the weight (edge 1).
+    const bool compute_dw = weight.defined() && ctx->needs_input_grad(1);
+    auto [dx, dw] =
+        redispatch(op, saved[0], grads[0], optional_of(weight), ctx->saved_data["eps"].toDouble(),
+                   ctx->saved_data["mode"].toStringView(), compute_dw);
+    return {dx, compute_dw ? dw : at::Tensor(), {}, {}, {}};
+  }
+};
+
+struct RopeFunction : torch::autograd::Function<RopeFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin, c10::string_view pairing,
+                            c10::string_view layout) {
+    static const auto op = operator_handle<RopeSignature>("kernel_align::multi_axis_rope");
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["pairing"] = std::string(pairing);
+    ctx->saved_data["layout"] = std::string(layout);
+    return redispatch(op, x, cos, sin, pairing, layout);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = operator_handle<RopeSignature>("kernel_align::multi_axis_rope_backward");
+    const variable_list saved = ctx->get_saved_variables();
+    at::Tensor dx =
+        redispatch(op, grads[0], saved[0], saved[1], ctx->saved_data["pairing"].toStringView(),
+                   ctx->saved_data["layout"].toStringView());
+    return {dx, {}, {}, {}, {}};
+  }
+};
+
+constexpr std::size_t kWeights = 4;  // text q, text k, image q, image k: the schema's order
+
+struct QkNormRopeFunction : torch::autograd::Function<QkNormRopeFunction> {
+  static constexpr std::size_t kArguments = 14;  // forward's, after the context
+
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                               const OptionalTensor& text_q_weight,
+                               const OptionalTensor& text_k_weight,
+                               const OptionalTensor& image_q_weight,
+                               const OptionalTensor& image_k_weight, const at::Tensor& cos,
+                               const at::Tensor& sin, std::int64_t text_len, double eps,
+                               c10::string_view mode, c10::string_view pairing,
+                               c10::string_view layout, std::optional<at::ScalarType> out_dtype) {
+    static const auto op = operator_handle<QkNormRopeSignature>("kernel_align::qk_norm_rope");
+    ctx->save_for_backward(
+        {q, k, text_q_weight.value_or(at::Tensor()), text_k_weight.value_or(at::Tensor()),
+         image_q_weight.value_or(at::Tensor()), image_k_weight.value_or(at::Tensor()), cos, sin});
+    ctx->saved_data["text_len"] = text_len;
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["mode"] = std::string(mode);
+    ctx->saved_data["pairing"] = std::string(pairing);
+    ctx->saved_data["layout"] = std::string(layout);
+    auto [q_out, k_out] =
+        redispatch(op, q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight, cos, sin,
+                   text_len, eps, mode, pairing, layout, out_dtype);
+    return {q_out, k_out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op =
+        operator_handle<QkNormRopeBackwardSignature>("kernel_align::qk_norm_rope_backward");
+    const variable_list saved = ctx->get_saved_variables();
+    // Autograd's inputs are q, k (edges 0 and 1), the weights that were given, cos, sin.
+    std::array<bool, kWeights> compute_dw{};
+    std::array<OptionalTensor, kWeights> weights;
+    std::size_t edge = 2;
+    for (std::size_t i = 0; i < kWeights; ++i) {
+      weights[i] = optional_of(saved[2 + i]);
+      if (weights[i]) compute_dw[i] = ctx->needs_input_grad(edge++);
+    }
+    auto [dq, dk, dw0, dw1, dw2, dw3] = redispatch(
+        op, saved[0], saved[1], grads[0], grads[1], weights[0], weights[1], weights[2], weights[3],
+        saved[6], saved[7], ctx->saved_data["text_len"].toInt(), ctx->saved_data["eps"].toDouble(),
+        ctx->saved_data["mode"].toStringView(), ctx->saved_data["pairing"].toStringView(),
+        ctx->saved_data["layout"].toStringView(), compute_dw);
+    const std::array<at::Tensor, kWeights> dw{dw0, dw1, dw2, dw3};
+    variable_list grads_in(kArguments);  // none for cos, sin and the options
+    grads_in[0] = dq;
+    grads_in[1] = dk;
+    for (std::size_t i = 0; i < kWeights; ++i) {
+      if (compute_dw[i]) grads_in[2 + i] = dw[i];
+    }
+    return grads_in;
+  }
+};
+
+at::Tensor qk_rmsnorm_autograd(const at::Tensor& x, const OptionalTensor& weight, double eps,
+                               c10::string_view mode, std::optional<at::ScalarType> out_dtype) {
+  return QkRmsNormFunction::apply(x, weight, eps, mode, out_dtype);
+}
+
+at::Tensor multi_axis_rope_autograd(const at::Tensor& x, const at::Tensor& cos,
+                                    const at::Tensor& sin, c10::string_view pairing,
+                                    c10::string_view layout) {
+  check_constant_tables("multi_axis_rope", cos, sin);
+  return RopeFunction::apply(x, cos, sin, pairing, layout);
+}
+
+std::tuple<at::Tensor, at::Tensor> qk_norm_rope_autograd(
+    const at::Tensor& q, const at::Tensor& k, const OptionalTensor& text_q_weight,
+    const OptionalTensor& text_k_weight, const OptionalTensor& image_q_weight,
+    const OptionalTensor& image_k_weight, const at::Tensor& cos, const at::Tensor& sin,
+    std::int64_t text_len, double eps, c10::string_view mode, c10::string_view pairing,
+    c10::string_view layout, std::optional<at::ScalarType> out_dtype) {
+  check_constant_tables("qk_norm_rope", cos, sin);
+  const variable_list out =
+      QkNormRopeFunction::apply(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight,
+                                cos, sin, text_len, eps, mode, pairing, layout, out_dtype);
+  return {out[0], out[1]};
+}
+
+}  // namespace
+}  // namespace kernel_align::torch_ext
+
+TORCH_LIBRARY_IMPL(kernel_align, Autograd, m) {
+  m.impl("qk_rmsnorm", &kernel_align::torch_ext::qk_rmsnorm_autograd);
+  m.impl("multi_axis_rope", &kernel_align::torch_ext::multi_axis_rope_autograd);
+  m.impl("qk_norm_rope", &kernel_align::torch_ext::qk_norm_rope_autograd);
+}
