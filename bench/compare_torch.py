@@ -47,8 +47,10 @@ Printed (all in --json / --csv, one row per op, dtype, shape, thread count):
   1. torch / C++ benchmark time, with the issue's targets (eager tuned, compile);
   2. same process and thread count: eager, compile, diffusers over ka (per allocator);
   3. binding overhead, flagged at >= 3%: ka and ka_op time / C++ benchmark time - 1, and
-     the same paired call by call against the time the C++ backend ran inside each call
-     (kernel_align.last_call().backend_seconds), which machine noise hits on both sides.
+     the same paired call by call against the library's C++ call inside each torch call
+     (kernel_align.last_call().call_seconds), which machine noise hits on both sides; for
+     ka_op also against the backend alone inside it (backend_seconds), which charges
+     the C++ call's own validation and choice (~10-20 us) to the binding too.
 Ratios are the other time over ours (> 1: ours is faster). Our RoPE pairs are
 interleaved (diffusers'), the seed formula's rotate-half: same bytes, same flops.
 """
@@ -326,16 +328,16 @@ def case_builders(impls, compile_now):
     return builders
 
 
-def time_ms(fn, min_reps, max_reps, budget_s, backend_seconds=None):
+def time_ms(fn, min_reps, max_reps, budget_s, last_call=None):
     """Median wall time of fn in ms, after one untimed call (for compile: the compile).
 
-    With backend_seconds (a function giving the C++ backend's wall time of the last
-    call), also the median over calls of (fn's time / its backend's time) - 1, in %:
-    the binding overhead paired call by call, so that a slow-down of the machine that
-    hits both halves of a call cancels out."""
+    With last_call (kernel_align.last_call), also the medians over calls of (fn's time /
+    the C++ call's time inside it) - 1 and of (fn's time / the backend's time inside
+    it) - 1, in %: the binding overhead paired call by call, so that a slow-down of the
+    machine that hits both halves of a call cancels out."""
     fn()
     samples = []
-    paired = []
+    paired = {"call": [], "backend": []}
     t_start = time.perf_counter()
     while len(samples) < min_reps or (len(samples) < max_reps
                                       and time.perf_counter() - t_start < budget_s):
@@ -343,9 +345,12 @@ def time_ms(fn, min_reps, max_reps, budget_s, backend_seconds=None):
         fn()
         elapsed = time.perf_counter() - t0
         samples.append(elapsed * 1e3)
-        if backend_seconds is not None:
-            paired.append(100.0 * (elapsed / backend_seconds() - 1.0))
-    return statistics.median(samples), (statistics.median(paired) if paired else None)
+        if last_call is not None:
+            report = last_call()
+            paired["call"].append(100.0 * (elapsed / report.call_seconds - 1.0))
+            paired["backend"].append(100.0 * (elapsed / report.backend_seconds - 1.0))
+    return statistics.median(samples), (
+        {k: statistics.median(v) for k, v in paired.items()} if last_call else None)
 
 
 def child(args) -> int:
@@ -372,9 +377,9 @@ def child(args) -> int:
                         try:
                             t0 = time.perf_counter()
                             case = build(op, tensors)
-                            backend_seconds = (lambda: ka.last_call().backend_seconds) \
-                                if impl.startswith("ka") else None
-                            ms, paired_pct = time_ms(case, *reps, backend_seconds=backend_seconds)
+                            ms, paired_pct = time_ms(
+                                case, *reps,
+                                last_call=ka.last_call if impl.startswith("ka") else None)
                             setup = time.perf_counter() - t0
                         except Exception as e:  # report, keep going
                             print(f"compare_torch: {impl} {op} {dname} {shape} t={threads}: {e}",
@@ -385,7 +390,8 @@ def child(args) -> int:
                                       impl=impl, allocator=args.allocator, ms=ms)
                         if impl.startswith("ka"):
                             result["isa"] = ka.last_call().isa  # to match the C++ path
-                            result["paired_overhead_pct"] = paired_pct
+                            result["paired_overhead_pct"] = paired_pct["call"]
+                            result["paired_backend_overhead_pct"] = paired_pct["backend"]
                         results.append(result)
                         with open(args.child_out + ".partial", "a") as f:
                             f.write(json.dumps(result) + "\n")
@@ -470,8 +476,8 @@ def comparison_rows(args, torch_rows, cases, path) -> list:
     """One row per (op, dtype, shape, threads) with every time and ratio."""
     t = {(r["op"], r["dtype"], r["shape"], r["threads"], r["impl"], r["allocator"]): r["ms"]
          for r in torch_rows}
-    paired = {(r["op"], r["dtype"], r["shape"], r["threads"], r["impl"], r["allocator"]):
-              r["paired_overhead_pct"] for r in torch_rows if r.get("paired_overhead_pct") is not None}
+    paired = {(r["op"], r["dtype"], r["shape"], r["threads"], r["impl"], r["allocator"]): r
+              for r in torch_rows if r.get("paired_overhead_pct") is not None}
     nan = float("nan")
     rows = []
     for shape in args.shapes:
@@ -507,8 +513,12 @@ def comparison_rows(args, torch_rows, cases, path) -> list:
                         for impl in ("ka", "ka_op"):
                             row[f"{impl}_{alloc}_overhead_pct"] = \
                                 100.0 * (ratio(row[f"{impl}_{alloc}_ms"], cpp) - 1.0)
-                            row[f"{impl}_{alloc}_paired_overhead_pct"] = paired.get(
-                                (op, dtype, shape, threads, impl, alloc), nan)
+                            timed = paired.get((op, dtype, shape, threads, impl, alloc), {})
+                            row[f"{impl}_{alloc}_paired_overhead_pct"] = timed.get(
+                                "paired_overhead_pct", nan)
+                            # absent from --torch-json files saved before it existed
+                            row[f"{impl}_{alloc}_paired_backend_overhead_pct"] = timed.get(
+                                "paired_backend_overhead_pct", nan)
                     rows.append(row)
     return rows
 
@@ -568,12 +578,13 @@ def print_overhead(rows, allocators):
           "(backward ops called directly). Both allocate their outputs each call; the C++ "
           "loop writes into preallocated buffers. 'vs bench': median torch-op time / median "
           "C++ benchmark time (separate processes, so machine noise shows in full); "
-          "'paired': median over calls of the call's time / the time its C++ backend ran "
-          "in that same call (kernel_align.last_call().backend_seconds) - 1.")
+          "'paired': median over calls of the call's time / the time of the library's C++ "
+          "call inside it (kernel_align.last_call().call_seconds) - 1; 'vs backend': the "
+          "same against the backend alone inside it (backend_seconds).")
     print()
     print("| op | dtype | shape | threads | allocator | C++ ms | ka ms | ka vs bench "
-          "| ka paired | ka_op ms | ka_op vs bench | ka_op paired |")
-    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| ka paired | ka_op ms | ka_op vs bench | ka_op paired | ka_op vs backend |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         for alloc in allocators:
             print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | {alloc} | "
@@ -581,7 +592,8 @@ def print_overhead(rows, allocators):
                   f"{pct(r[f'ka_{alloc}_overhead_pct'])} | "
                   f"{pct(r[f'ka_{alloc}_paired_overhead_pct'])} | {f(r[f'ka_op_{alloc}_ms'])} | "
                   f"{pct(r[f'ka_op_{alloc}_overhead_pct'])} | "
-                  f"{pct(r[f'ka_op_{alloc}_paired_overhead_pct'])} |")
+                  f"{pct(r[f'ka_op_{alloc}_paired_overhead_pct'])} | "
+                  f"{pct(r[f'ka_op_{alloc}_paired_backend_overhead_pct'])} |")
 
 
 def main(argv=None) -> int:

@@ -52,9 +52,12 @@ struct CallReport {
   std::string isa;
   std::string fallback;  // "" unless it fell back: why the requested backend did not run it
   // Wall time of the backend running the call (its kernels and threads), without
-  // validation, the registry's choice and tracing: what a binding's overhead is
-  // measured against, paired call by call.
+  // validation, the registry's choice and tracing.
   double backend_seconds = 0.0;
+  // Wall time of the whole library call, from entering the public function to its
+  // return (validation, the registry's choice, the backend, tracing): the raw C++ call
+  // that a binding's overhead is measured against, paired call by call.
+  double call_seconds = 0.0;
 };
 CallReport last_call();
 

@@ -128,11 +128,13 @@ void set_trace_path(c10::string_view path) {
 }
 
 // What the last call of this thread ran on: requested backend, backend, ISA path, the
-// fallback reason ("" when it did not fall back) and the backend's wall time.
-std::tuple<std::string, std::string, std::string, std::string, double> last_call() {
+// fallback reason ("" when it did not fall back), the backend's and the whole library
+// call's wall times.
+std::tuple<std::string, std::string, std::string, std::string, double, double> last_call() {
   return translate_errors("last_call", [] {
     const CallReport r = kernel_align::last_call();
-    return std::tuple{r.requested_backend, r.backend, r.isa, r.fallback, r.backend_seconds};
+    return std::make_tuple(r.requested_backend, r.backend, r.isa, r.fallback, r.backend_seconds,
+                           r.call_seconds);
   });
 }
 
@@ -169,7 +171,7 @@ TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
   m.def("set_strict(bool on) -> ()", &ext::set_strict);
   m.def("get_strict() -> bool", &ext::get_strict);
   m.def("set_trace_path(str path) -> ()", &ext::set_trace_path);
-  m.def("last_call() -> (str, str, str, str, float)", &ext::last_call);
+  m.def("last_call() -> (str, str, str, str, float, float)", &ext::last_call);
   m.def("fallback_count() -> int", &ext::fallback_count);
   m.def("set_num_threads(int n) -> ()", &ext::set_num_threads);
   m.def("get_num_threads() -> int", &ext::get_num_threads);

@@ -52,8 +52,11 @@ class CallReport(NamedTuple):
     isa: str
     fallback: str  # "" unless the call fell back: why the requested backend did not run it
     # Wall time of the backend running the call, without validation, the registry's
-    # choice and tracing (what the torch binding's overhead is measured against).
+    # choice and tracing.
     backend_seconds: float
+    # Wall time of the whole C++ library call (validation, choice, backend, tracing):
+    # the raw C++ call that the torch binding's overhead is measured against.
+    call_seconds: float
 
 
 def last_call() -> CallReport:

@@ -44,32 +44,36 @@ registry::Call call_of(const CallDescription& d, int head_dim) {
   return call;
 }
 
+using Clock = std::chrono::steady_clock;
+using Seconds = std::chrono::duration<double>;
+
 // Chooses the backend, runs its `entry` on the problem (then `after`, still inside the
-// contract's floating-point environment), and traces the call.
+// contract's floating-point environment), traces the call and reports it (last_call),
+// timed from `entered`, when the public function was entered.
 template <class Problem, class Entry, class After>
-void run(const CallDescription& description, int head_dim, const Problem& problem,
-         Entry BackendOps::*entry, const After& after) {
+void run(Clock::time_point entered, const CallDescription& description, int head_dim,
+         const Problem& problem, Entry BackendOps::*entry, const After& after) {
   const registry::Choice choice = registry::choose(call_of(description, head_dim));
   registry::Execution exec;
   trace::FloatState float_state;
-  std::chrono::duration<double> backend_time{};
+  Seconds backend_time{};
   {
     const detail::ContractFloatEnvironment env;
     float_state = trace::read_float_state();
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     (choice.backend->ops.*entry)(problem, exec);
     after();
-    backend_time = std::chrono::steady_clock::now() - start;
+    backend_time = Clock::now() - start;
   }
-  registry::set_last_call({choice.requested->name, choice.backend->name, exec.isa, choice.fallback,
-                           backend_time.count()});
   if (trace::enabled()) trace::write(description, choice, exec, float_state);
+  registry::set_last_call({choice.requested->name, choice.backend->name, exec.isa, choice.fallback,
+                           backend_time.count(), Seconds(Clock::now() - entered).count()});
 }
 
 template <class Problem, class Entry>
-void run(const CallDescription& description, int head_dim, const Problem& problem,
-         Entry BackendOps::*entry) {
-  run(description, head_dim, problem, entry, [] {});
+void run(Clock::time_point entered, const CallDescription& description, int head_dim,
+         const Problem& problem, Entry BackendOps::*entry) {
+  run(entered, description, head_dim, problem, entry, [] {});
 }
 
 CallDescription describe(OpType op, Direction direction, DType output_dtype) {
@@ -117,17 +121,19 @@ void add_weights(TensorArgs& tensors, const QkNormWeights& w) {
 
 void qk_rmsnorm_forward(const ConstTensorView& x, const std::optional<ConstTensorView>& weight,
                         const TensorView& y, const RmsNormOptions& options) {
+  const auto entered = Clock::now();
   const auto problem = detail::make_rmsnorm_forward(x, weight, y, options);
   CallDescription d = describe_rmsnorm(Direction::Forward, y.dtype, options);
   d.tensors.add("x", x, false);
   d.tensors.add("weight", weight, false);
   d.tensors.add("y", y, true);
-  run(d, problem.d, problem, &BackendOps::rmsnorm_forward);
+  run(entered, d, problem.d, problem, &BackendOps::rmsnorm_forward);
 }
 
 void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
                          const std::optional<ConstTensorView>& weight, const TensorView& dx,
                          const std::optional<TensorView>& dw, const RmsNormOptions& options) {
+  const auto entered = Clock::now();
   const auto problem = detail::make_rmsnorm_backward(x, dy, weight, dx, dw, options);
   CallDescription d = describe_rmsnorm(Direction::Backward, dx.dtype, options);
   d.tensors.add("x", x, false);
@@ -136,37 +142,40 @@ void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
   d.tensors.add("dx", dx, true);
   d.tensors.add("dw", problem.dw, true);
   d.computes_dw = problem.dw.has_value();
-  run(d, problem.d, problem, &BackendOps::rmsnorm_backward);
+  run(entered, d, problem.d, problem, &BackendOps::rmsnorm_backward);
 }
 
 void multi_axis_rope_forward(const ConstTensorView& x, const ConstTensorView& cos,
                              const ConstTensorView& sin, const TensorView& y,
                              const RopeOptions& options) {
+  const auto entered = Clock::now();
   const auto problem = detail::make_rope(x, cos, sin, y, options, false, "x", "y");
   CallDescription d = describe_rope(Direction::Forward, y.dtype, options);
   d.tensors.add("x", x, false);
   d.tensors.add("cos", cos, false);
   d.tensors.add("sin", sin, false);
   d.tensors.add("y", y, true);
-  run(d, problem.d, problem, &BackendOps::rope);
+  run(entered, d, problem.d, problem, &BackendOps::rope);
 }
 
 void multi_axis_rope_backward(const ConstTensorView& dy, const ConstTensorView& cos,
                               const ConstTensorView& sin, const TensorView& dx,
                               const RopeOptions& options) {
+  const auto entered = Clock::now();
   const auto problem = detail::make_rope(dy, cos, sin, dx, options, true, "dy", "dx");
   CallDescription d = describe_rope(Direction::Backward, dx.dtype, options);
   d.tensors.add("dy", dy, false);
   d.tensors.add("cos", cos, false);
   d.tensors.add("sin", sin, false);
   d.tensors.add("dx", dx, true);
-  run(d, problem.d, problem, &BackendOps::rope);
+  run(entered, d, problem.d, problem, &BackendOps::rope);
 }
 
 void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
                           const QkNormWeights& weights, const ConstTensorView& cos,
                           const ConstTensorView& sin, const TensorView& q_out,
                           const TensorView& k_out, const QkNormRopeOptions& options) {
+  const auto entered = Clock::now();
   const auto problem =
       detail::make_qk_norm_rope_forward(q, k, weights, cos, sin, q_out, k_out, options);
   CallDescription d = describe_fused(Direction::Forward, q_out.dtype, options);
@@ -177,7 +186,7 @@ void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
   d.tensors.add("sin", sin, false);
   d.tensors.add("q_out", q_out, true);
   d.tensors.add("k_out", k_out, true);
-  run(d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_forward);
+  run(entered, d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_forward);
 }
 
 void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
@@ -186,6 +195,7 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
                            const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
                            const QkNormWeightGrads& weight_grads,
                            const QkNormRopeOptions& options) {
+  const auto entered = Clock::now();
   const auto problem = detail::make_qk_norm_rope_backward(q, k, dq_out, dk_out, weights, cos, sin,
                                                           dq, dk, weight_grads, options);
   CallDescription d = describe_fused(Direction::Backward, dq.dtype, options);
@@ -212,7 +222,7 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
       }
     }
   };
-  run(d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_backward,
+  run(entered, d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_backward,
       zero_empty_stream_grads);
 }
 
