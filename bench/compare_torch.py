@@ -40,8 +40,9 @@ freed tensor is its top chunk (which would page-fault the next call's output aga
 under --compile-allocators only.
 
 C++ side: the Google Benchmark binary (bench/kernel_align_bench) is run with a filter for
-the same ops, dtypes, shapes and thread counts on the best CPU path, or its JSON is read
-from --ours-json. Its loop allocates nothing, so the allocator does not matter to it.
+the same ops, dtypes, shapes and thread counts on the CPU path our torch ops ran on
+(--path; every CPU path when no op of ours was timed), or its JSON is read from
+--ours-json. Its loop allocates nothing, so the allocator does not matter to it.
 
 Printed (all in --json / --csv, one row per op, dtype, shape, thread count):
   1. torch / C++ benchmark time, with the issue's targets (eager tuned, compile);
@@ -408,12 +409,14 @@ def child(args) -> int:
 # ---------------------------------------------------------------------------------------
 # C++ side
 
-def run_ours(args) -> str:
+def run_ours(args, path) -> str:
+    """The C++ benchmark's JSON for our cases on `path` (a regex of paths: None, every
+    CPU path)."""
     bench = Path(args.bench)
     if not bench.exists():
         sys.exit(f"compare_torch: no benchmark binary at {bench} (build target kernel_align_bench) "
                  "or pass --ours-json")
-    path_re = args.path if args.path else "cpu-[a-z0-9]+"
+    path_re = path or "cpu-[a-z0-9]+"
     filt = (f"^({'|'.join(args.ops)})/({'|'.join(args.dtypes)})/"
             f"({'|'.join(re.escape(s) for s in args.shapes)})/({path_re})/"
             f"threads:({'|'.join(str(t) for t in args.threads)})/")
@@ -643,14 +646,16 @@ def main(argv=None) -> int:
             with open(args.save_torch, "w") as f:
                 json.dump(dict(results=torch_rows), f)
 
-    ours_files = args.ours_json or [run_ours(args)]
+    # The C++ path our torch ops ran on (one ISA for all): only it is benchmarked.
+    isas = sorted({r["isa"] for r in torch_rows if "isa" in r})
+    ran_on = f"cpu-{isas[0]}" if len(isas) == 1 else None
+    ours_files = args.ours_json or [run_ours(args, args.path or ran_on)]
     cases, context = summarize.load(ours_files)
     path = args.path or best_path(cases, context)
     rows = comparison_rows(args, torch_rows, cases, path)
     allocators = [a for a in ALLOCATORS if a in args.allocators]
 
     print(f"kernel-align C++ path: {path}; ratios are the other time / ours (> 1: ours faster).")
-    isas = sorted({r["isa"] for r in torch_rows if "isa" in r})
     if isas and [f"cpu-{i}" for i in isas] != [path]:
         print(f"Note: our torch ops ran on {', '.join(isas)}, the C++ cases on {path}.")
     print()
