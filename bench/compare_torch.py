@@ -36,8 +36,8 @@ weight, as the C++ benchmark does.
 Each allocator setting runs in its own child process (this script re-executes itself):
 glibc defaults, and "tuned" (TUNED_GLIBC below): large tensors come from the heap instead
 of fresh page-faulting mmaps each call, and the heap is not trimmed back to the OS when the
-freed tensor is its top chunk (which would page-fault the next call's output again). torch.compile is timed
-under --compile-allocators only.
+freed tensor is its top chunk (which would page-fault the next call's output again).
+torch.compile is timed under --compile-allocators only.
 
 C++ side: the Google Benchmark binary (bench/kernel_align_bench) is run with a filter for
 the same ops, dtypes, shapes and thread counts on the CPU path our torch ops ran on
