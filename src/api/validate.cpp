@@ -1,8 +1,10 @@
 // Argument checks of every op. Each failure names the argument, what was expected
 // and what was found (kernel_align::Error).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -79,20 +81,61 @@ bool same_view(const ConstTensorView& a, const ConstTensorView& b) {
          a.strides == b.strides;
 }
 
-// The output may be an input itself (in place) or lie apart from it; anything in
-// between would let a kernel read what it already overwrote.
-void check_aliasing(const std::string& out_name, const ConstTensorView& out,
-                    const std::string& in_name, const ConstTensorView& in, bool in_place_allowed) {
-  if (in_place_allowed && same_view(out, in)) return;
-  const auto* out_begin = static_cast<const unsigned char*>(out.data);
-  const auto* out_end = out_begin + extent(out) * static_cast<std::int64_t>(dtype_size(out.dtype));
-  const auto* in_begin = static_cast<const unsigned char*>(in.data);
-  const auto* in_end = in_begin + extent(in) * static_cast<std::int64_t>(dtype_size(in.dtype));
-  if (out_begin < in_end && in_begin < out_end) {
-    throw Error(out_name,
-                in_place_allowed ? "memory apart from '" + in_name + "' or exactly the same view"
-                                 : "memory apart from '" + in_name + "'",
-                "an overlapping view " + describe(out));
+bool overlap(const ConstTensorView& a, const ConstTensorView& b) {
+  const auto* a_begin = static_cast<const unsigned char*>(a.data);
+  const auto* a_end = a_begin + extent(a) * static_cast<std::int64_t>(dtype_size(a.dtype));
+  const auto* b_begin = static_cast<const unsigned char*>(b.data);
+  const auto* b_end = b_begin + extent(b) * static_cast<std::int64_t>(dtype_size(b.dtype));
+  return a_begin < b_end && b_begin < a_end;
+}
+
+// One tensor of a call, for the aliasing rule of contract section 7.
+struct Operand {
+  const char* name;
+  ConstTensorView view;
+  bool output = false;
+  // The inputs this output may be exactly (in place); none for the others.
+  std::array<const char*, 2> in_place_of{};
+
+  bool may_be(const Operand& input) const {
+    return std::any_of(in_place_of.begin(), in_place_of.end(), [&](const char* n) {
+      return n != nullptr && std::string_view(n) == input.name;
+    });
+  }
+};
+
+Operand input(const char* name, const ConstTensorView& view) {
+  return {name, view};
+}
+
+Operand output(const char* name, const ConstTensorView& view,
+               std::array<const char*, 2> in_place_of = {}) {
+  return {name, view, true, in_place_of};
+}
+
+// Contract section 7, checked over every pair of a call's tensors in one place: an
+// output's elements do not overlap each other; an output is exactly one of the inputs it
+// may replace (in place) or lies apart from every input, weights and tables included,
+// and from every other output. Anything in between would let a kernel read what it
+// already overwrote.
+void check_aliasing(std::span<const Operand> operands) {
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    const Operand& out = operands[i];
+    if (!out.output) continue;
+    check_distinct_elements(out.name, out.view);
+    for (std::size_t j = 0; j < operands.size(); ++j) {
+      const Operand& other = operands[j];
+      // A pair of outputs is reported once, naming the later one.
+      if (j == i || (other.output && j > i)) continue;
+      const bool in_place = !other.output && out.may_be(other);
+      if (in_place && same_view(out.view, other.view)) continue;
+      if (!overlap(out.view, other.view)) continue;
+      throw Error(out.name,
+                  in_place ? "memory apart from '" + std::string(other.name) +
+                                 "' or exactly the same view"
+                           : "memory apart from '" + std::string(other.name) + "'",
+                  "an overlapping view " + describe(out.view));
+    }
   }
 }
 
@@ -154,9 +197,9 @@ RmsNormForwardProblem make_rmsnorm_forward(const ConstTensorView& x,
   check_weight(weight, d);
   check_view("y", y, 1, kMaxRank, "rank 1 to 4 ([..., D])");
   check_same_shape("y", y, "x", x);
-  check_distinct_elements("y", y);
-  check_aliasing("y", y, "x", x, true);
-  if (weight) check_aliasing("y", y, "weight", *weight, false);
+  std::vector<Operand> operands{input("x", x), output("y", y, {"x"})};
+  if (weight) operands.push_back(input("weight", *weight));
+  check_aliasing(operands);
   check_eps(options.eps);
   return {x, weight, y, options, d};
 }
@@ -173,20 +216,16 @@ RmsNormBackwardProblem make_rmsnorm_backward(const ConstTensorView& x, const Con
   check_weight(weight, d);
   check_view("dx", dx, 1, kMaxRank, "rank 1 to 4 ([..., D])");
   check_same_shape("dx", dx, "x", x);
-  check_distinct_elements("dx", dx);
   // Each dx element is written after the row's x and dy elements are read.
-  check_aliasing("dx", dx, "x", x, true);
-  check_aliasing("dx", dx, "dy", dy, true);
-  if (weight) check_aliasing("dx", dx, "weight", *weight, false);
+  std::vector<Operand> operands{input("x", x), input("dy", dy), output("dx", dx, {"x", "dy"})};
+  if (weight) operands.push_back(input("weight", *weight));
   if (dw) {
     if (!weight) throw Error("dw", "no dw without a weight", "a dw output");
     check_view("dw", *dw, 1, 1, "rank 1 ([D])");
     check_same_shape("dw", *dw, "weight", *weight);
-    check_aliasing("dw", *dw, "x", x, false);
-    check_aliasing("dw", *dw, "dy", dy, false);
-    check_aliasing("dw", *dw, "weight", *weight, false);
-    check_aliasing("dw", *dw, "dx", dx, false);
+    operands.push_back(output("dw", *dw));
   }
+  check_aliasing(operands);
   check_eps(options.eps);
   return {x, dy, weight, dx, dw, options, d};
 }
@@ -202,14 +241,12 @@ RopeProblem make_rope(const ConstTensorView& in, const ConstTensorView& cos,
   const int d = check_head_dim(in_name, in.shape[3]);
   check_view(out_name, out, 4, 4, rank_meaning);
   check_same_shape(out_name, out, in_name, in);
-  check_distinct_elements(out_name, out);
-  check_aliasing(out_name, out, in_name, in, true);
   // The layout, not a flattened row index, says which dim is the sequence.
   const std::int64_t seq = in.shape[options.layout == Layout::BSHD ? 1 : 2];
   check_table("cos", cos, seq, d, layout);
   check_table("sin", sin, seq, d, layout);
-  check_aliasing(out_name, out, "cos", cos, false);
-  check_aliasing(out_name, out, "sin", sin, false);
+  check_aliasing(std::array{input(in_name, in), input("cos", cos), input("sin", sin),
+                            output(out_name, out, {in_name})});
   RopeProblem p;
   p.in = in;
   p.out = out;
@@ -269,8 +306,7 @@ std::array<WeightSlot, 4> weight_slots(const QkNormWeights& w, const QkNormWeigh
         false}}};
 }
 
-// Every weight has length D; every gradient has its weight, length D, and lies apart
-// from the other gradients.
+// Every weight has length D; every gradient has its weight and length D.
 void check_weight_slots(const std::array<WeightSlot, 4>& slots, int d) {
   for (std::size_t a = 0; a < slots.size(); ++a) {
     const WeightSlot& s = slots[a];
@@ -285,11 +321,15 @@ void check_weight_slots(const std::array<WeightSlot, 4>& slots, int d) {
     if (!*s.weight) throw Error(s.grad_name, "no weight gradient without its weight", "one");
     check_view(s.grad_name, **s.grad, 1, 1, "rank 1 ([D])");
     check_same_shape(s.grad_name, **s.grad, s.weight_name, **s.weight);
-    for (std::size_t b = 0; b < a; ++b) {
-      if (slots[b].grad != nullptr && *slots[b].grad) {
-        check_aliasing(s.grad_name, **s.grad, slots[b].grad_name, **slots[b].grad, false);
-      }
-    }
+  }
+}
+
+// The weights (inputs) and weight gradients (outputs) of a fused call, added to the
+// operands the aliasing rule checks.
+void add_weight_operands(std::vector<Operand>& operands, const std::array<WeightSlot, 4>& slots) {
+  for (const WeightSlot& s : slots) {
+    if (*s.weight) operands.push_back(input(s.weight_name, **s.weight));
+    if (s.grad != nullptr && *s.grad) operands.push_back(output(s.grad_name, **s.grad));
   }
 }
 
@@ -310,11 +350,16 @@ QkNormRopeForwardProblem make_qk_norm_rope_forward(
   check_matches(k, "k", q, "q", options.layout);
   const RopeProblem k_rope = make_rope(k, cos, sin, k_out, rope, false, "k", "k_out");
   check_text_len(options.text_len, q_rope.seq);
-  check_aliasing("q_out", q_out, "k", k, false);
-  check_aliasing("q_out", q_out, "k_out", k_out, false);
-  check_aliasing("k_out", k_out, "q", q, false);
   const auto slots = weight_slots(weights, nullptr);
   check_weight_slots(slots, q_rope.d);
+  std::vector<Operand> operands{input("q", q),
+                                input("k", k),
+                                input("cos", cos),
+                                input("sin", sin),
+                                output("q_out", q_out, {"q"}),
+                                output("k_out", k_out, {"k"})};
+  add_weight_operands(operands, slots);
+  check_aliasing(operands);
   check_eps(options.eps);
 
   QkNormRopeForwardProblem problem;
@@ -345,16 +390,19 @@ QkNormRopeBackwardProblem make_qk_norm_rope_backward(
   check_view("k", k, 4, 4, "rank 4 (the shape of dk_out)");
   check_same_shape("k", k, "dk_out", dk_out);
   check_text_len(options.text_len, q_rope.seq);
-  // dq may be dq_out or q itself (each row is read whole before it is written).
-  check_aliasing("dq", dq, "q", q, true);
-  check_aliasing("dk", dk, "k", k, true);
-  check_aliasing("dq", dq, "k", k, false);
-  check_aliasing("dq", dq, "dk_out", dk_out, false);
-  check_aliasing("dk", dk, "q", q, false);
-  check_aliasing("dk", dk, "dq_out", dq_out, false);
-  check_aliasing("dq", dq, "dk", dk, false);
   const auto slots = weight_slots(weights, &weight_grads);
   check_weight_slots(slots, q_rope.d);
+  // dq may be dq_out or q itself (each row is read whole before it is written).
+  std::vector<Operand> operands{input("q", q),
+                                input("k", k),
+                                input("dq_out", dq_out),
+                                input("dk_out", dk_out),
+                                input("cos", cos),
+                                input("sin", sin),
+                                output("dq", dq, {"dq_out", "q"}),
+                                output("dk", dk, {"dk_out", "k"})};
+  add_weight_operands(operands, slots);
+  check_aliasing(operands);
   check_eps(options.eps);
 
   QkNormRopeBackwardProblem problem;

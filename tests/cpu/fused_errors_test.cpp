@@ -257,6 +257,58 @@ TEST_P(FusedErrors, OverlappingOutputs) {
   EXPECT_TRUE(rejects([&] { forward_with({}, {}, {}, self_overlap); }, {"q_out"}));
 }
 
+// Contract section 7 covers weights and tables too: an output over any input other than
+// the one it replaces is refused. The in-place fused op with a weight that is a slice of
+// q once wrote half of k_out wrong.
+TEST_P(FusedErrors, OutputsOverlappingWeightsOrTables) {
+  HostTensor q_copy = q;
+  HostTensor k_copy = k;
+  const TensorView q_in_place = q_copy.view();
+  const TensorView k_in_place = k_copy.view();
+  // A weight of length D read from the first row of q (in place) or of k_out.
+  const auto row_of = [](const TensorView& v) {
+    return ConstTensorView::contiguous(v.data, v.dtype, {kD});
+  };
+  QkNormWeights in_q = weights();
+  in_q.image_k = row_of(q_in_place);
+  EXPECT_TRUE(rejects([&] { forward_with(q_copy.cview(), k_copy.cview(), in_q, q_in_place,
+                                          k_in_place); },
+                      {"q_out"}));
+  QkNormWeights in_k_out = weights();
+  in_k_out.text_q = row_of(k_out.view());
+  EXPECT_TRUE(rejects([&] { forward_with({}, {}, in_k_out); }, {"k_out"}));
+  // Backward: dk over a weight; a weight gradient over q, over a table, over another weight.
+  EXPECT_TRUE(rejects([&] { backward_with({}, {}, {}, {}, in_k_out); }, {"dk"}));
+  QkNormWeightGrads dw_over_q = grads();
+  dw_over_q.image_q = TensorView::contiguous(q_copy.data(), DType::F32, {kD});
+  EXPECT_TRUE(rejects(
+      [&] { backward_with(q_copy.cview(), {}, {}, {}, {}, {}, {}, dw_over_q); },
+      {"weight_grads.image_q"}));
+  QkNormWeightGrads dw_over_sin = grads();
+  dw_over_sin.text_k = TensorView::contiguous(t.sin.data(), DType::F32, {kD});
+  EXPECT_TRUE(
+      rejects([&] { backward_with({}, {}, {}, {}, {}, {}, {}, dw_over_sin); },
+              {"weight_grads.text_k"}));
+  HostTensor w_copy = w[1];
+  QkNormWeights shared_weight = weights();
+  shared_weight.text_k = w_copy.cview();
+  QkNormWeightGrads dw_over_weight = grads();
+  dw_over_weight.image_k = TensorView::contiguous(w_copy.data(), DType::BF16, {kD});
+  EXPECT_TRUE(rejects(
+      [&] { backward_with({}, {}, {}, {}, shared_weight, {}, {}, dw_over_weight); },
+      {"weight_grads.image_k"}));
+  // The unfused rope of one position: its output over the rows 0 and 1 of the cos table.
+  HostTensor x = test::random_tensor(DType::F32, {1, 1, 1, kD}, rng);
+  EXPECT_TRUE(rejects(
+      [&] {
+        multi_axis_rope_forward(x.cview(), resized(t.cos.cview(), 0, 1),
+                                resized(t.sin.cview(), 0, 1),
+                                TensorView::contiguous(t.cos.data(), DType::F32, {1, 1, 1, kD}),
+                                {Pairing::Interleaved, Layout::BSHD});
+      },
+      {"y"}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, FusedErrors,
                          ::testing::Values(OnBackend{"reference"}, OnBackend{"simd"}),
                          [](const ::testing::TestParamInfo<OnBackend>& param) {
