@@ -14,9 +14,14 @@ struct OutputFile {
   std::vector<std::byte> bytes;
 };
 
-// Each file goes first to a temporary file beside its target; only when every one is
-// complete are they renamed into place, so a failure leaves no output behind (and
-// never a half-written one). Throws kernel_align::Error naming the failing flag.
+// A path that is a regular file or does not exist gets the whole file atomically: a
+// temporary file beside it, written, synced and closed with every step checked, then
+// renamed over it once every output is complete, so a failure (a full disk) leaves no
+// output behind and never a half-written one. A symlink is followed and its target
+// replaced the same way. A character device or FIFO (/dev/null, /dev/stdout, a pipe)
+// is written through, every write and the close checked. Anything else (a directory,
+// a block device, a socket, an empty path) is refused before any byte is written.
+// Throws kernel_align::Error naming the failing flag.
 void write_outputs(const std::vector<OutputFile>& files);
 
 }  // namespace kernel_align::cli

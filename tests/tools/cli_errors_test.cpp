@@ -1,7 +1,11 @@
 // Every way to call `kernel-align` wrongly: exit status 2, one stderr line naming the
 // argument, and nothing written.
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <string>
 #include <vector>
@@ -299,6 +303,19 @@ TEST_F(CliErrorTest, UnwritableOutputsWriteNothing) {
   expect_bad_argument({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "out_dir"}, "--out");
   expect_bad_argument({"tables", "--positions", "pos.npy", "--cos", "t.npy", "--sin", "t.npy"},
                       "--sin");
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", ""}, "--out");
+}
+
+// A device at the output path is written through, never replaced; a full one
+// (/dev/full's numbers, made here so the real one is not at risk) is exit 2 naming the flag.
+TEST_F(CliErrorTest, DeviceOutputsAreWrittenThroughAndAFullOneIsAnError) {
+  if (::mknod((work() / "null").c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0 ||
+      ::mknod((work() / "full").c_str(), S_IFCHR | 0666, makedev(1, 7)) != 0) {
+    GTEST_SKIP() << "mknod of a character device needs root: " << std::strerror(errno);
+  }
+  run_ok({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "null"});
+  EXPECT_FALSE(fs::is_regular_file(work() / "null"));
+  expect_bad_argument(kRmsNormBackward + Tokens{"--weight", "w.npy", "--dw", "full"}, "--dw");
 }
 
 }  // namespace
