@@ -15,6 +15,7 @@
 #include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 #include "messages.hpp"
+#include "output_files.hpp"
 #include "run.hpp"
 #include "tensor_io.hpp"
 #include "trace_diff.hpp"
@@ -194,7 +195,9 @@ int dispatch(const std::vector<std::string>& all_args, std::ostream& out) {
     print_usage(out, *command);
     return kExitOk;
   }
-  command->run(Args(tokens, command->flags));
+  const Args parsed(tokens, command->flags);
+  check_not_the_trace(parsed);
+  command->run(parsed);
   return kExitOk;
 }
 

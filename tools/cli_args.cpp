@@ -45,6 +45,7 @@ Args::Args(std::span<const std::string> tokens, std::span<const FlagSpec> flags)
     if (!values.empty() && !spec->repeatable) {
       throw Error(name, "a single value", "a second one, " + single_quoted(value));
     }
+    if (spec->file && values.empty()) file_flags_.push_back(name);
     values.push_back(std::move(value));
   }
 }
@@ -64,6 +65,14 @@ std::optional<std::string> Args::optional(std::string_view flag) const {
 std::vector<std::string> Args::all(std::string_view flag) const {
   const auto it = values_.find(flag);
   return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+std::vector<std::pair<std::string, std::string>> Args::file_paths() const {
+  std::vector<std::pair<std::string, std::string>> paths;
+  for (const std::string& flag : file_flags_) {
+    for (const std::string& path : values_.find(flag)->second) paths.emplace_back(flag, path);
+  }
+  return paths;
 }
 
 std::vector<FlagSpec> Args::flags(std::span<const FlagSpec> base,

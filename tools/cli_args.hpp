@@ -21,7 +21,13 @@ namespace kernel_align::cli {
 struct FlagSpec {
   std::string_view name;  // "--x"
   bool repeatable = false;
+  bool file = false;  // the value names a file the command reads or writes
 };
+
+// A flag whose value is a file path.
+constexpr FlagSpec file_flag(std::string_view name) {
+  return {name, false, true};
+}
 
 class Args {
  public:
@@ -34,12 +40,16 @@ class Args {
   // Every value of a repeatable flag, in command-line order; empty when absent.
   std::vector<std::string> all(std::string_view flag) const;
 
+  // (flag, path) for every value of a file flag, in flag order.
+  std::vector<std::pair<std::string, std::string>> file_paths() const;
+
   // The flags of `base` followed by `extra`: commands that share flags compose them.
   static std::vector<FlagSpec> flags(std::span<const FlagSpec> base,
                                      std::initializer_list<FlagSpec> extra);
 
  private:
   std::map<std::string, std::vector<std::string>, std::less<>> values_;
+  std::vector<std::string> file_flags_;  // of the flags given, those that name files
 };
 
 // Whether all of `text` is one number, stored into `value`.

@@ -77,7 +77,7 @@ Command positions_command() {
            {"--text-len"},
            {"--start"},
            {"--end"},
-           {"--out"}},
+           file_flag("--out")},
           run_positions};
 }
 

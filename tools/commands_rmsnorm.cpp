@@ -12,7 +12,8 @@ namespace kernel_align::cli {
 namespace {
 
 // --x x.npy [--weight w.npy] [--eps E] [--mode single|diffusers]
-constexpr std::array<FlagSpec, 4> kRmsNormFlags{{{"--x"}, {"--weight"}, {"--eps"}, {"--mode"}}};
+constexpr std::array<FlagSpec, 4> kRmsNormFlags{
+    {file_flag("--x"), file_flag("--weight"), {"--eps"}, {"--mode"}}};
 
 const FlagNames kRmsNormFlagNames{{"x", "--x"},   {"weight", "--weight"}, {"eps", "--eps"},
                                   {"y", "--out"}, {"dy", "--dy"},         {"dx", "--dx"},
@@ -80,7 +81,7 @@ Command rmsnorm_forward_command() {
           "--x x.npy [--weight w.npy] [--eps 1e-6] [--mode single|diffusers] "
           "[--out-dtype fp32|bf16|fp16] --out y.npy",
           "per-head RMSNorm over the last dim; the output dtype defaults to that of x",
-          Args::flags(kRmsNormFlags, {{"--out-dtype"}, {"--out"}}), run_forward};
+          Args::flags(kRmsNormFlags, {{"--out-dtype"}, file_flag("--out")}), run_forward};
 }
 
 Command rmsnorm_backward_command() {
@@ -89,7 +90,8 @@ Command rmsnorm_backward_command() {
       "--x x.npy --dy dy.npy [--weight w.npy] [--eps 1e-6] [--mode single|diffusers] "
       "--dx dx.npy [--dw dw.npy]",
       "gradients of qk-rmsnorm: dx in the dtype of x, dw (needs --weight) in that of the weight",
-      Args::flags(kRmsNormFlags, {{"--dy"}, {"--dx"}, {"--dw"}}), run_backward};
+      Args::flags(kRmsNormFlags, {file_flag("--dy"), file_flag("--dx"), file_flag("--dw")}),
+      run_backward};
 }
 
 }  // namespace kernel_align::cli

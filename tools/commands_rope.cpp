@@ -89,11 +89,13 @@ void run_rope(const Args& args, const Direction& dir) {
   write_outputs({{dir.out_flag, out_path, encode_npy(out)}});
 }
 
-constexpr std::array<FlagSpec, 4> kRopeFlags{{{"--cos"}, {"--sin"}, {"--pairing"}, {"--layout"}}};
+constexpr std::array<FlagSpec, 4> kRopeFlags{
+    {file_flag("--cos"), file_flag("--sin"), {"--pairing"}, {"--layout"}}};
 
 Command rope_command(std::string name, std::string summary, const Direction& dir,
                      void (*run)(const Args&)) {
-  std::vector<FlagSpec> flags = Args::flags(kPositionTableFlags, {{dir.in_flag}, {dir.out_flag}});
+  std::vector<FlagSpec> flags =
+      Args::flags(kPositionTableFlags, {file_flag(dir.in_flag), file_flag(dir.out_flag)});
   flags.insert(flags.end(), kRopeFlags.begin(), kRopeFlags.end());
   return {std::move(name),
           std::string(dir.in_flag) + " " + dir.in_name +

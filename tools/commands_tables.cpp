@@ -20,7 +20,7 @@ Command tables_command() {
   return {"tables",
           "--positions pos.npy [--axes 16,56,56] [--theta 10000] --cos cos.npy --sin sin.npy",
           "fp32 cos/sin tables [S, D/2] of int32 positions [S, axes]",
-          Args::flags(kPositionTableFlags, {{"--cos"}, {"--sin"}}), run_tables};
+          Args::flags(kPositionTableFlags, {file_flag("--cos"), file_flag("--sin")}), run_tables};
 }
 
 }  // namespace kernel_align::cli

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "kernel_align/error.hpp"
+#include "kernel_align/registry.hpp"
 #include "messages.hpp"
 
 namespace kernel_align::cli {
@@ -27,8 +28,8 @@ Error unwritable(const OutputFile& file, const std::string& reason) {
 
 // Where and how one output is written.
 struct Target {
-  fs::path path;        // the file itself, after following symlinks
-  bool through = false;  // a character device or FIFO: written through, not replaced
+  fs::path path;               // the file itself, after following symlinks
+  bool through = false;        // a character device or FIFO: written through, not replaced
   std::optional<mode_t> mode;  // permissions of the regular file it replaces
 };
 
@@ -52,8 +53,8 @@ Target resolve(const OutputFile& file) {
     }
     if (S_ISREG(st.st_mode)) return {path, false, st.st_mode & 07777};
     if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return {path, true, std::nullopt};
-    const char* kind = S_ISDIR(st.st_mode)   ? "a directory"
-                       : S_ISBLK(st.st_mode) ? "a block device, which is never written"
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISBLK(st.st_mode)  ? "a block device, which is never written"
                        : S_ISSOCK(st.st_mode) ? "a socket"
                                               : "not a regular file";
     throw unwritable(file, kind);
@@ -112,6 +113,20 @@ std::string write_new_file(const fs::path& path, const std::vector<std::byte>& b
 
 }  // namespace
 
+void check_not_the_trace(const Args& args) {
+  const std::string trace = trace_path();
+  struct stat traced {};
+  if (trace.empty() || ::stat(trace.c_str(), &traced) != 0) return;
+  for (const auto& [flag, path] : args.file_paths()) {
+    struct stat file {};
+    if (::stat(path.c_str(), &file) == 0 && S_ISREG(file.st_mode) && file.st_dev == traced.st_dev &&
+        file.st_ino == traced.st_ino) {
+      throw Error(flag, "a file other than the trace file " + single_quoted(trace),
+                  single_quoted(path) + ", which is that file");
+    }
+  }
+}
+
 void write_outputs(const std::vector<OutputFile>& files) {
   // Every refusal comes before any byte is written.
   std::vector<Target> targets;
@@ -149,8 +164,8 @@ void write_outputs(const std::vector<OutputFile>& files) {
   for (std::size_t i = 0; i < files.size(); ++i) {
     if (!targets[i].through) continue;
     const int fd = ::open(targets[i].path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
-    const std::string failure = fd < 0 ? std::strerror(errno)
-                                       : write_and_close(fd, files[i].bytes, false);
+    const std::string failure =
+        fd < 0 ? std::strerror(errno) : write_and_close(fd, files[i].bytes, false);
     if (!failure.empty()) {
       remove_temporaries();
       throw unwritable(files[i], failure);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "cli_args.hpp"
+
 namespace kernel_align::cli {
 
 struct OutputFile {
@@ -23,5 +25,11 @@ struct OutputFile {
 // a block device, a socket, an empty path) is refused before any byte is written.
 // Throws kernel_align::Error naming the failing flag.
 void write_outputs(const std::vector<OutputFile>& files);
+
+// Refuses (Error naming the flag) a file flag's value that is the trace file
+// (KERNEL_ALIGN_TRACE, opened now if it is not yet): a command's trace is never one of
+// its inputs, which it would append to, or outputs, whose rename would swallow it.
+// Every command checks its Args before it reads or computes anything.
+void check_not_the_trace(const Args& args);
 
 }  // namespace kernel_align::cli

@@ -10,7 +10,7 @@ namespace kernel_align::cli {
 
 // --positions pos.npy [--axes 16,56,56] [--theta 10000]
 inline constexpr std::array<FlagSpec, 3> kPositionTableFlags{
-    {{"--positions"}, {"--axes"}, {"--theta"}}};
+    {file_flag("--positions"), {"--axes"}, {"--theta"}}};
 
 struct CosSin {
   NpyArray cos;  // fp32 [S, D/2]

@@ -45,6 +45,7 @@ struct Output {
 
 struct Record {
   std::size_t line = 0;  // in its file, from 1
+  std::string session;   // "" in traces written before sessions were recorded
   std::uint64_t seq = 0;
   std::string op;
   std::string direction;
@@ -55,8 +56,15 @@ struct Record {
 struct Trace {
   std::string role;  // "A" or "B": errors name the argument by its place in the synopsis
   std::string path;
-  std::vector<Record> calls;  // calls[n].seq == n
+  // Every session's calls in seq order, the sessions in the order of their first record.
+  std::vector<Record> calls;
+  std::size_t sessions = 0;
 };
+
+// Fields that say which run wrote a record, not what it computed: never a divergence.
+bool identifies_the_run(std::string_view key) {
+  return key == "session" || key == "pid";
+}
 
 std::string at(const Trace& trace, std::size_t line) {
   return " at " + single_quoted(trace.path) + " line " + std::to_string(line);
@@ -131,6 +139,9 @@ Record read_record(const Trace& trace, std::size_t line, std::string_view text) 
   if (!parse_whole(seq, record.seq)) {
     fail(trace, line, "a whole number as 'seq'", single_quoted(seq));
   }
+  if (record.fields.find("session") != nullptr) {
+    record.session = field(trace, line, record.fields, "session", json::Value::Kind::String).text;
+  }
   record.op = field(trace, line, record.fields, "op", json::Value::Kind::String).text;
   record.direction = field(trace, line, record.fields, "direction", json::Value::Kind::String).text;
   const json::Value& digests =
@@ -170,28 +181,44 @@ std::string read_text(const Trace& trace) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-// The records of a trace file, one per line, ordered by `seq`: calls may complete (and
-// so be written) in another order than they started in.
+// The records of a trace file, one per line. Each opening of a trace (a process, or a
+// set_trace_path) is a session whose seq counts its calls from 0; processes sharing a
+// file interleave their records, and calls may complete (and so be written) in another
+// order than they started in. So records are grouped by session, in the order of each
+// session's first record, and ordered by seq within it.
 Trace read_trace(std::string role, std::string path) {
   Trace trace;
   trace.role = std::move(role);
   trace.path = std::move(path);
   const std::string text = read_text(trace);
+  std::vector<std::string> sessions;                    // in order of first appearance
+  std::vector<std::pair<std::size_t, Record>> records;  // (session index, record)
   std::size_t line = 0;
   for (std::size_t start = 0; start < text.size();) {
     const std::size_t end = std::min(text.find('\n', start), text.size());
-    trace.calls.push_back(
-        read_record(trace, ++line, std::string_view(text).substr(start, end - start)));
+    Record record = read_record(trace, ++line, std::string_view(text).substr(start, end - start));
+    const auto known = std::find(sessions.begin(), sessions.end(), record.session);
+    const auto index = static_cast<std::size_t>(known - sessions.begin());
+    if (known == sessions.end()) sessions.push_back(record.session);
+    records.emplace_back(index, std::move(record));
     start = end + 1;
   }
-  std::stable_sort(trace.calls.begin(), trace.calls.end(),
-                   [](const Record& x, const Record& y) { return x.seq < y.seq; });
-  for (std::size_t n = 0; n < trace.calls.size(); ++n) {
-    if (trace.calls[n].seq != n) {
-      fail(trace, trace.calls[n].line, "seq " + std::to_string(n) + " (seq counts calls from 0)",
-           "seq " + std::to_string(trace.calls[n].seq));
+  std::stable_sort(records.begin(), records.end(), [](const auto& x, const auto& y) {
+    return x.first != y.first ? x.first < y.first : x.second.seq < y.second.seq;
+  });
+  std::uint64_t expected_seq = 0;
+  for (std::size_t n = 0; n < records.size(); ++n) {
+    if (n > 0 && records[n].first != records[n - 1].first) expected_seq = 0;
+    const Record& record = records[n].second;
+    if (record.seq != expected_seq) {
+      fail(trace, record.line,
+           "seq " + std::to_string(expected_seq) + " (seq counts a session's calls from 0)",
+           "seq " + std::to_string(record.seq));
     }
+    ++expected_seq;
+    trace.calls.push_back(record);
   }
+  trace.sessions = sessions.size();
   return trace;
 }
 
@@ -300,7 +327,7 @@ std::vector<std::string> print_side_by_side(std::ostream& out, const json::Value
     for (const json::Member& m : record->members) {
       const bool listed =
           std::any_of(rows.begin(), rows.end(), [&](const Row& row) { return row.key == m.key; });
-      if (m.key == "digests" || listed) continue;
+      if (m.key == "digests" || identifies_the_run(m.key) || listed) continue;
       const json::Value* value_a = a.find(m.key);
       const json::Value* value_b = b.find(m.key);
       rows.push_back({m.key, value_a != nullptr ? json::compact(*value_a) : "(absent)",
@@ -364,6 +391,10 @@ int trace_diff(const std::string& path_a, const std::string& path_b,
   out << "identical: " << common << " calls, " << tally.digests_compared << " digests compared";
   if (tally.outputs_skipped > 0) {
     out << ", " << tally.outputs_skipped << " single-digest outputs skipped (--sample)";
+  }
+  if (a.sessions > 1 || b.sessions > 1) {
+    out << "; sessions (trace openings) taken in order of their first record: " << a.sessions
+        << " in A, " << b.sessions << " in B";
   }
   out << '\n';
   return kExitIdentical;

@@ -42,7 +42,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::array<FlagSpec, 3> kVerifyFlags{{{"--quick"}, {"--shape", true}, {"--json"}}};
+constexpr std::array<FlagSpec, 3> kVerifyFlags{
+    {{"--quick"}, {"--shape", true}, file_flag("--json")}};
 constexpr std::string_view kQuickFlag = "--quick";
 constexpr std::string_view kReferenceBackend = "reference";
 // The only backend with ISA paths to choose from (set_isa).
@@ -583,6 +584,7 @@ Options parse_options(const std::vector<std::string>& tokens) {
     }
   }
   const Args args(rest, kVerifyFlags);
+  check_not_the_trace(args);
   if (const auto value = args.optional("--quick")) {
     throw Error("--quick", "no value", single_quoted(*value));
   }

@@ -41,7 +41,8 @@ bool strict();
 // Calls that ran on a backend other than their first choice, since the start.
 std::uint64_t fallback_count();
 
-// Appends one JSON record per call to `path` (created or truncated now); "" stops.
+// Appends one JSON record per call to `path` (created if absent, never truncated: a
+// new session, docs/trace.md); "" stops.
 void set_trace_path(const std::string& path);
 std::string trace_path();
 

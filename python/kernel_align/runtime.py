@@ -41,8 +41,8 @@ def is_strict() -> bool:
 
 
 def trace_to(path: str | os.PathLike | None) -> None:
-    """Append one JSON record per call to ``path`` (created or truncated now; format in
-    docs/trace.md); None stops tracing."""
+    """Append one JSON record per call to ``path`` (created if absent, never truncated:
+    each opening is a new session; format in docs/trace.md); None stops tracing."""
     ops.set_trace_path("" if path is None else os.fspath(path))
 
 

@@ -13,6 +13,7 @@
 
 #include "kernel_align/error.hpp"
 #include "kernel_align/ops.hpp"
+#include "trace/trace.hpp"
 
 namespace kernel_align {
 namespace registry {
@@ -56,6 +57,8 @@ State& state() {
   static State s;
   static std::once_flag from_environment;
   std::call_once(from_environment, [] {
+    // A bad environment value throws, and call_once runs this again at the next use.
+    s.backends.clear();
     for (Backend& b : builtin_backends()) s.backends.push_back(std::move(b));
     if (const std::string name = env("KERNEL_ALIGN_BACKEND"); !name.empty()) {
       check_known_locked(s, "KERNEL_ALIGN_BACKEND", name);
@@ -66,7 +69,7 @@ State& state() {
         throw Error("KERNEL_ALIGN_STRICT", "0 or 1", "'" + flag + "'");
       s.strict = flag == "1";
     }
-    if (const std::string path = env("KERNEL_ALIGN_TRACE"); !path.empty()) set_trace_path(path);
+    trace::initialize();
   });
   return s;
 }

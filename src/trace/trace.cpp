@@ -5,8 +5,10 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <span>
 #include <string>
 
@@ -15,6 +17,7 @@
 #endif
 
 #include "core/json_text.hpp"
+#include "core/splitmix64.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
 #include "trace/digest.hpp"
@@ -30,11 +33,56 @@ struct Sink {
   std::mutex mutex;
   int fd = -1;
   std::string path;
+  std::string session;  // 16 hex digits, new at every opening
   std::uint64_t next_seq = 0;
+
+  // Opens `path` for appending ("" closes); the caller holds the mutex.
+  void open_locked(const std::string& new_path);
 };
 
+// A 64-bit id that no other opening of a trace shares, in this process or another:
+// the kernel's randomness (getrandom), the process id and a count of openings.
+std::string new_session_id() {
+  static std::atomic<std::uint64_t> openings{0};
+  std::random_device random;
+  const std::uint64_t entropy = (std::uint64_t{random()} << 32) ^ random();
+  const auto pid = static_cast<std::uint64_t>(::getpid());
+  const std::uint64_t id = SplitMix64(entropy ^ (pid << 32) ^ ++openings).next();
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
+  return text;
+}
+
+void Sink::open_locked(const std::string& new_path) {
+  detail::enabled = false;
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+  path.clear();
+  session.clear();
+  next_seq = 0;
+  if (new_path.empty()) return;
+  // Appended, never truncated: processes sharing the file each add whole records.
+  const int opened = ::open(new_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (opened < 0) {
+    throw Error("trace", "a file that can be opened for appending",
+                "'" + new_path + "': " + std::strerror(errno));
+  }
+  fd = opened;
+  path = new_path;
+  session = new_session_id();
+  detail::enabled = true;
+}
+
+// The sink starts from KERNEL_ALIGN_TRACE, read at its first use (a call's registry
+// lookup or a trace control, whichever is first): an explicit set_trace_path is never
+// overridden by the environment afterwards.
 Sink& sink() {
-  static Sink s;
+  static Sink& s = []() -> Sink& {
+    static Sink opened;
+    const char* path = std::getenv("KERNEL_ALIGN_TRACE");
+    if (path != nullptr && *path != '\0') opened.open_locked(path);
+    return opened;
+  }();
   return s;
 }
 
@@ -158,6 +206,10 @@ FloatState read_float_state() {
 #endif
 }
 
+void initialize() {
+  sink();
+}
+
 void write(const CallDescription& call, const registry::Choice& choice,
            const registry::Execution& exec, const FloatState& float_state) {
   const std::string body = record_body(call, choice, exec, float_state);
@@ -165,7 +217,13 @@ void write(const CallDescription& call, const registry::Choice& choice,
   const std::lock_guard lock(s.mutex);
   if (s.fd < 0) return;  // turned off since the call began
   std::string line = "{\"seq\":";
-  line.append(std::to_string(s.next_seq)).append(body).append("}\n");
+  line.append(std::to_string(s.next_seq))
+      .append(",\"session\":")
+      .append(quoted(s.session))
+      .append(",\"pid\":")
+      .append(std::to_string(::getpid()))
+      .append(body)
+      .append("}\n");
   write_all(s, line);
   ++s.next_seq;
 }
@@ -175,20 +233,7 @@ void write(const CallDescription& call, const registry::Choice& choice,
 void set_trace_path(const std::string& path) {
   trace::Sink& s = trace::sink();
   const std::lock_guard lock(s.mutex);
-  trace::detail::enabled = false;
-  if (s.fd >= 0) ::close(s.fd);
-  s.fd = -1;
-  s.path.clear();
-  s.next_seq = 0;
-  if (path.empty()) return;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw Error("trace", "a file that can be created for writing",
-                "'" + path + "': " + std::strerror(errno));
-  }
-  s.fd = fd;
-  s.path = path;
-  trace::detail::enabled = true;
+  s.open_locked(path);
 }
 
 std::string trace_path() {

@@ -69,6 +69,10 @@ inline bool enabled() {
   return detail::enabled.load(std::memory_order_relaxed);
 }
 
+// Opens the trace named by KERNEL_ALIGN_TRACE, if any and not yet done (the registry
+// calls this as it starts, so the environment is read at the first call).
+void initialize();
+
 // Appends the record of a completed call. Throws Error naming `trace` when the write
 // fails.
 void write(const CallDescription& call, const registry::Choice& choice,

@@ -319,6 +319,7 @@ TEST(Registry, FallbackIsInTheTraceRecord) {
   fp32_only.dtypes = registry::bit(DType::F32);
   const registry::ScopedRegistration narrow(narrow_backend(fp32_only));
   const std::string path = testing::TempDir() + "registry_fallback.jsonl";
+  std::remove(path.c_str());  // traces are appended to
   set_trace_path(path);
   rmsnorm_call(DType::BF16);
   set_trace_path("");

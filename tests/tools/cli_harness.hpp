@@ -48,32 +48,28 @@ class CliTest : public ::testing::Test {
 
   // The binary with `args`, run in work_, the directory all relative paths name.
   CliResult run(const std::vector<std::string>& args) const {
-    const fs::path out_path = root_ / "stdout";
-    const fs::path err_path = root_ / "stderr";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0 ||
-          ::chdir(work_.c_str()) != 0) {
-        std::_Exit(127);
+    return run_concurrently({args}).front();
+  }
+
+  // Every command started at once (each in its own process), then all awaited.
+  std::vector<CliResult> run_concurrently(
+      const std::vector<std::vector<std::string>>& commands) const {
+    std::vector<pid_t> pids;
+    for (std::size_t i = 0; i < commands.size(); ++i) pids.push_back(start(commands[i], i));
+    std::vector<CliResult> results;
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      CliResult& result = results.emplace_back();
+      int wait_status = 0;
+      if (pids[i] < 0 || ::waitpid(pids[i], &wait_status, 0) != pids[i] ||
+          !WIFEXITED(wait_status)) {
+        ADD_FAILURE() << "could not run " << KA_CLI_PATH;
+        continue;
       }
-      std::vector<char*> argv{const_cast<char*>(KA_CLI_PATH)};
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(KA_CLI_PATH, argv.data());
-      std::_Exit(127);
+      result.status = WEXITSTATUS(wait_status);
+      result.out = slurp(stream_path("stdout", i));
+      result.err = slurp(stream_path("stderr", i));
     }
-    CliResult result;
-    int wait_status = 0;
-    if (pid < 0 || ::waitpid(pid, &wait_status, 0) != pid || !WIFEXITED(wait_status)) {
-      ADD_FAILURE() << "could not run " << KA_CLI_PATH;
-      return result;
-    }
-    result.status = WEXITSTATUS(wait_status);
-    result.out = slurp(out_path);
-    result.err = slurp(err_path);
-    return result;
+    return results;
   }
 
   // Asserts the run succeeded and returns its stdout.
@@ -132,6 +128,31 @@ class CliTest : public ::testing::Test {
                       std::hash<std::string>{}(bytes));
     }
     return entries;
+  }
+
+  fs::path stream_path(const char* stream, std::size_t index) const {
+    return root_ / (stream + std::to_string(index));
+  }
+
+  // Forks the binary with `args`; its stdout and stderr go to files numbered `index`.
+  pid_t start(const std::vector<std::string>& args, std::size_t index) const {
+    const fs::path out_path = stream_path("stdout", index);
+    const fs::path err_path = stream_path("stderr", index);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0 ||
+          ::chdir(work_.c_str()) != 0) {
+        std::_Exit(127);
+      }
+      std::vector<char*> argv{const_cast<char*>(KA_CLI_PATH)};
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(KA_CLI_PATH, argv.data());
+      std::_Exit(127);
+    }
+    return pid;
   }
 
   fs::path root_;  // holds work_ and the captured streams

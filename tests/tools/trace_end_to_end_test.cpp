@@ -3,7 +3,11 @@
 // "identical"; a sample alone and inside a batch has the same per-element digests;
 // a run whose input differs in one element diverges at the call that reads it.
 #include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_harness.hpp"
@@ -102,6 +106,78 @@ TEST_F(TraceEndToEnd, OneChangedInputElementIsTheFirstDivergence) {
   EXPECT_NE(diff.out.find("differing fields: requested_backend, backend, isa, fingerprint"),
             std::string::npos)
       << diff.out;
+}
+
+// Processes sharing one trace file: each appends whole records under its own session,
+// whose seq counts from 0; no record is lost (once each process truncated the file: 8
+// concurrent applies left 1-2 lines of 8).
+TEST_F(TraceEndToEnd, ConcurrentProcessesSharingATraceLoseNoRecord) {
+  write("x.npy", input(2));
+  constexpr int kApplies = 8;
+  constexpr int kRuns = 4;
+  std::vector<std::vector<std::string>> commands;
+  for (int i = 0; i < kApplies; ++i) {
+    commands.push_back(
+        {"apply", "qk-rmsnorm", "--x", "x.npy", "--out", std::to_string(i).append(".npy")});
+  }
+  for (int i = 0; i < kRuns; ++i) {
+    commands.push_back({"run", "--image", "256x256", "--text-len", "16", "--heads", "4", "--batch",
+                        "3", "--threads", "1"});
+  }
+  ::setenv("KERNEL_ALIGN_TRACE", (work() / "shared.jsonl").c_str(), 1);
+  const std::vector<CliResult> results = run_concurrently(commands);
+  ::unsetenv("KERNEL_ALIGN_TRACE");
+  for (const CliResult& r : results) ASSERT_EQ(r.status, 0) << r.out << r.err;
+
+  std::ifstream in(work() / "shared.jsonl");
+  std::map<std::string, std::vector<std::string>> seqs_of_session;
+  std::set<std::string> pids;
+  for (std::string line; std::getline(in, line);) {
+    const auto member = [&](const std::string& key) {
+      std::string tag = "\"";  // appended: g++ 12 warns falsely on "\"" + key
+      tag.append(key).append("\":");
+      const std::size_t at = line.find(tag);
+      EXPECT_NE(at, std::string::npos) << line;
+      const std::size_t begin = at + tag.size();
+      return line.substr(begin, line.find(',', begin) - begin);
+    };
+    seqs_of_session[member("session")].push_back(member("seq"));
+    pids.insert(member("pid"));
+  }
+  EXPECT_EQ(seqs_of_session.size(), std::size_t{kApplies + kRuns});
+  EXPECT_EQ(pids.size(), std::size_t{kApplies + kRuns});
+  std::size_t records = 0;
+  for (const auto& [session, seqs] : seqs_of_session) {
+    // An apply makes 1 call, a run 8 (see MainJobIsIdenticalAcrossBackendsAndThreadCounts).
+    ASSERT_TRUE(seqs.size() == 1 || seqs.size() == 8) << session;
+    std::set<std::string> distinct(seqs.begin(), seqs.end());
+    EXPECT_EQ(distinct.size(), seqs.size()) << "a seq repeated in session " << session;
+    EXPECT_TRUE(distinct.contains("0"));
+    records += seqs.size();
+  }
+  EXPECT_EQ(records, std::size_t{kApplies + 8 * kRuns});
+  // The shared file against itself: sessions are taken in order, so identical.
+  const CliResult diff = run({"trace", "diff", "shared.jsonl", "shared.jsonl"});
+  EXPECT_EQ(diff.status, 0) << diff.out << diff.err;
+  EXPECT_NE(diff.out.find(std::to_string(kApplies + kRuns) + " in A"), std::string::npos)
+      << diff.out;
+}
+
+// The trace file is never an input or an output of the same command: it would append
+// JSON to the input, or the output's rename would swallow the trace.
+TEST_F(TraceEndToEnd, ATracePathEqualToAnInputOrOutputIsRefused) {
+  write("x.npy", input(2));
+  write("y.npy", input(2));
+  for (const auto& [trace, flag] : {std::pair{"x.npy", "--x"}, std::pair{"y.npy", "--out"}}) {
+    ::setenv("KERNEL_ALIGN_TRACE", (work() / trace).c_str(), 1);
+    expect_bad_argument({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "y.npy"}, flag);
+    ::unsetenv("KERNEL_ALIGN_TRACE");
+  }
+  // The same file under another name (a symlink) is the same file.
+  fs::create_symlink("x.npy", work() / "alias.npy");
+  ::setenv("KERNEL_ALIGN_TRACE", (work() / "alias.npy").c_str(), 1);
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "y.npy"}, "--x");
+  ::unsetenv("KERNEL_ALIGN_TRACE");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -81,7 +82,10 @@ class TraceFile : public ::testing::Test {
  protected:
   std::string path = testing::TempDir() + "trace_test.jsonl";
   test::RuntimeGuard runtime;
-  void SetUp() override { set_trace_path(path); }
+  void SetUp() override {
+    std::remove(path.c_str());  // traces are appended to: start each test afresh
+    set_trace_path(path);
+  }
   void TearDown() override { set_trace_path(""); }
   std::vector<std::string> records() {
     set_trace_path("");  // closes the file: every record is on disk
