@@ -130,11 +130,11 @@ void check_aliasing(std::span<const Operand> operands) {
       const bool in_place = !other.output && out.may_be(other);
       if (in_place && same_view(out.view, other.view)) continue;
       if (!overlap(out.view, other.view)) continue;
-      throw Error(out.name,
-                  in_place ? "memory apart from '" + std::string(other.name) +
-                                 "' or exactly the same view"
-                           : "memory apart from '" + std::string(other.name) + "'",
-                  "an overlapping view " + describe(out.view));
+      throw Error(
+          out.name,
+          in_place ? "memory apart from '" + std::string(other.name) + "' or exactly the same view"
+                   : "memory apart from '" + std::string(other.name) + "'",
+          "an overlapping view " + describe(out.view));
     }
   }
 }

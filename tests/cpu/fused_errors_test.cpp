@@ -271,9 +271,9 @@ TEST_P(FusedErrors, OutputsOverlappingWeightsOrTables) {
   };
   QkNormWeights in_q = weights();
   in_q.image_k = row_of(q_in_place);
-  EXPECT_TRUE(rejects([&] { forward_with(q_copy.cview(), k_copy.cview(), in_q, q_in_place,
-                                          k_in_place); },
-                      {"q_out"}));
+  EXPECT_TRUE(
+      rejects([&] { forward_with(q_copy.cview(), k_copy.cview(), in_q, q_in_place, k_in_place); },
+              {"q_out"}));
   QkNormWeights in_k_out = weights();
   in_k_out.text_q = row_of(k_out.view());
   EXPECT_TRUE(rejects([&] { forward_with({}, {}, in_k_out); }, {"k_out"}));
@@ -281,22 +281,19 @@ TEST_P(FusedErrors, OutputsOverlappingWeightsOrTables) {
   EXPECT_TRUE(rejects([&] { backward_with({}, {}, {}, {}, in_k_out); }, {"dk"}));
   QkNormWeightGrads dw_over_q = grads();
   dw_over_q.image_q = TensorView::contiguous(q_copy.data(), DType::F32, {kD});
-  EXPECT_TRUE(rejects(
-      [&] { backward_with(q_copy.cview(), {}, {}, {}, {}, {}, {}, dw_over_q); },
-      {"weight_grads.image_q"}));
+  EXPECT_TRUE(rejects([&] { backward_with(q_copy.cview(), {}, {}, {}, {}, {}, {}, dw_over_q); },
+                      {"weight_grads.image_q"}));
   QkNormWeightGrads dw_over_sin = grads();
   dw_over_sin.text_k = TensorView::contiguous(t.sin.data(), DType::F32, {kD});
-  EXPECT_TRUE(
-      rejects([&] { backward_with({}, {}, {}, {}, {}, {}, {}, dw_over_sin); },
-              {"weight_grads.text_k"}));
+  EXPECT_TRUE(rejects([&] { backward_with({}, {}, {}, {}, {}, {}, {}, dw_over_sin); },
+                      {"weight_grads.text_k"}));
   HostTensor w_copy = w[1];
   QkNormWeights shared_weight = weights();
   shared_weight.text_k = w_copy.cview();
   QkNormWeightGrads dw_over_weight = grads();
   dw_over_weight.image_k = TensorView::contiguous(w_copy.data(), DType::BF16, {kD});
-  EXPECT_TRUE(rejects(
-      [&] { backward_with({}, {}, {}, {}, shared_weight, {}, {}, dw_over_weight); },
-      {"weight_grads.image_k"}));
+  EXPECT_TRUE(rejects([&] { backward_with({}, {}, {}, {}, shared_weight, {}, {}, dw_over_weight); },
+                      {"weight_grads.image_k"}));
   // The unfused rope of one position: its output over the rows 0 and 1 of the cos table.
   HostTensor x = test::random_tensor(DType::F32, {1, 1, 1, kD}, rng);
   EXPECT_TRUE(rejects(

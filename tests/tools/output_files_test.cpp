@@ -87,8 +87,8 @@ class OutputFiles : public ::testing::Test {
 TEST_F(OutputFiles, NewAndRegularFilesAreReplacedWholeKeepingTheirMode) {
   write_outputs({{"--out", path("y.npy"), bytes_of("first")}});
   EXPECT_EQ(slurp(path("y.npy")), "first");
-  fs::permissions(path("y.npy"), fs::perms::owner_read | fs::perms::owner_write |
-                                     fs::perms::group_read);
+  fs::permissions(path("y.npy"),
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
   write_outputs({{"--out", path("y.npy"), bytes_of("second")}});
   EXPECT_EQ(slurp(path("y.npy")), "second");
   EXPECT_EQ(fs::status(path("y.npy")).permissions() & fs::perms::all,
@@ -109,9 +109,9 @@ TEST_F(OutputFiles, ASymlinkIsFollowedAndItsTargetReplaced) {
   EXPECT_TRUE(fs::is_symlink(path("dangling.npy")));
   EXPECT_EQ(slurp(path("real/z.npy")), "made");
   // Two flags that reach one file through a link.
-  expect_refused({{"--dx", path("real/y.npy"), bytes_of("a")},
-                  {"--dw", path("link.npy"), bytes_of("b")}},
-                 "--dw", "different from that of --dx");
+  expect_refused(
+      {{"--dx", path("real/y.npy"), bytes_of("a")}, {"--dw", path("link.npy"), bytes_of("b")}},
+      "--dw", "different from that of --dx");
   // A loop.
   fs::create_symlink("loop_b", path("loop_a"));
   fs::create_symlink("loop_a", path("loop_b"));
@@ -126,11 +126,10 @@ TEST_F(OutputFiles, DirectoriesSocketsAndEmptyPathsAreRefusedBeforeAnyWrite) {
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, path("socket").c_str(), sizeof address.sun_path - 1);
   ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
-  for (const auto& [name, reason] : {std::pair{"out_dir", "a directory"},
-                                     std::pair{"socket", "a socket"}}) {
+  for (const auto& [name, reason] :
+       {std::pair{"out_dir", "a directory"}, std::pair{"socket", "a socket"}}) {
     // The first output is fine; nothing of it may appear either.
-    expect_refused({{"--dx", path("dx.npy"), bytes_of("a")},
-                    {"--dw", path(name), bytes_of("b")}},
+    expect_refused({{"--dx", path("dx.npy"), bytes_of("a")}, {"--dw", path(name), bytes_of("b")}},
                    "--dw", reason);
     EXPECT_FALSE(fs::exists(path("dx.npy")));
   }
@@ -159,8 +158,7 @@ TEST_F(OutputFiles, DeviceNodesAreWrittenThroughAndAFullDeviceIsAnError) {
   ASSERT_EQ(::lstat(path("null").c_str(), &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device node was replaced";
   // ENOSPC names the flag, and the other (regular) output never appears.
-  expect_refused({{"--dx", path("dx.npy"), bytes_of("a")},
-                  {"--dw", path("full"), bytes_of("b")}},
+  expect_refused({{"--dx", path("dx.npy"), bytes_of("a")}, {"--dw", path("full"), bytes_of("b")}},
                  "--dw", std::strerror(ENOSPC));
   EXPECT_FALSE(fs::exists(path("dx.npy")));
   ASSERT_EQ(::lstat(path("full").c_str(), &st), 0);
