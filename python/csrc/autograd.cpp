@@ -5,6 +5,12 @@
 // calls, the autograd engine and torch.compile (AOTAutograd traces these through the
 // dispatcher, reaching the fake kernels) all see the same operators.
 //
+// The backward operators have Autograd kernels too, so that a gradient computed with
+// create_graph=True is never silently a constant: multi_axis_rope_backward is linear in dy
+// and differentiable to any order (its gradient is the forward rotation); the gradient of
+// qk_rmsnorm_backward or qk_norm_rope_backward (double backward, as a gradient penalty
+// needs) is not implemented and raises a clear error when it is asked for.
+//
 // They are C++ rather than torch.library.register_autograd's Python kernel because every
 // call passes through the Autograd key, gradients or not: after a kernel that streamed
 // tens of MB through the caches, that Python round trip cost about 0.1 ms per call
@@ -78,6 +84,17 @@ void check_constant_tables(const char* op, const at::Tensor& cos, const at::Tens
   }
 }
 
+// The gradient of a gradient of `op`: not implemented, so the backward operator's node
+// raises when create_graph=True asked for a graph and a loss reaches back through it.
+[[noreturn]] void no_double_backward(const char* op) {
+  throw c10::NotImplementedError(
+      {__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
+      std::string("kernel_align.") + op +
+          ": double backward (the gradient of a gradient, e.g. a gradient penalty through "
+          "torch.autograd.grad(..., create_graph=True)) is not supported; only first-order "
+          "gradients of this operator are");
+}
+
 struct QkRmsNormFunction : torch::autograd::Function<QkRmsNormFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const OptionalTensor& weight,
                             double eps, c10::string_view mode,
@@ -96,10 +113,27 @@ struct QkRmsNormFunction : torch::autograd::Function<QkRmsNormFunction> {
     const at::Tensor& weight = saved[1];
     // Autograd's inputs are x and, when given, the weight (edge 1).
     const bool compute_dw = weight.defined() && ctx->needs_input_grad(1);
+    // Through the dispatcher: with create_graph=True its Autograd kernel records a node.
     auto [dx, dw] =
-        redispatch(op, saved[0], grads[0], optional_of(weight), ctx->saved_data["eps"].toDouble(),
-                   ctx->saved_data["mode"].toStringView(), compute_dw);
+        op.call(saved[0], grads[0], optional_of(weight), ctx->saved_data["eps"].toDouble(),
+                ctx->saved_data["mode"].toStringView(), compute_dw);
     return {dx, compute_dw ? dw : at::Tensor(), {}, {}, {}};
+  }
+};
+
+// qk_rmsnorm_backward itself: runs below autograd; its own gradient raises.
+struct QkRmsNormBackwardFunction : torch::autograd::Function<QkRmsNormBackwardFunction> {
+  static variable_list forward(AutogradContext* /*ctx*/, const at::Tensor& x, const at::Tensor& dy,
+                               const OptionalTensor& weight, double eps, c10::string_view mode,
+                               bool compute_dw) {
+    static const auto op =
+        operator_handle<QkRmsNormBackwardSignature>("kernel_align::qk_rmsnorm_backward");
+    auto [dx, dw] = redispatch(op, x, dy, weight, eps, mode, compute_dw);
+    return {dx, dw};
+  }
+
+  static variable_list backward(AutogradContext* /*ctx*/, const variable_list& /*grads*/) {
+    no_double_backward("qk_rmsnorm");
   }
 };
 
@@ -117,10 +151,34 @@ struct RopeFunction : torch::autograd::Function<RopeFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     static const auto op = operator_handle<RopeSignature>("kernel_align::multi_axis_rope_backward");
     const variable_list saved = ctx->get_saved_variables();
-    at::Tensor dx =
-        redispatch(op, grads[0], saved[0], saved[1], ctx->saved_data["pairing"].toStringView(),
-                   ctx->saved_data["layout"].toStringView());
+    // Through the dispatcher: with create_graph=True its Autograd kernel records a node.
+    at::Tensor dx = op.call(grads[0], saved[0], saved[1], ctx->saved_data["pairing"].toStringView(),
+                            ctx->saved_data["layout"].toStringView());
     return {dx, {}, {}, {}, {}};
+  }
+};
+
+// multi_axis_rope_backward is the transpose rotation of dy: linear, so its gradient is
+// the forward rotation of the incoming gradient, through the forward operator (itself
+// differentiable): every order of derivative is exact.
+struct RopeBackwardFunction : torch::autograd::Function<RopeBackwardFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& dy, const at::Tensor& cos,
+                            const at::Tensor& sin, c10::string_view pairing,
+                            c10::string_view layout) {
+    static const auto op = operator_handle<RopeSignature>("kernel_align::multi_axis_rope_backward");
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["pairing"] = std::string(pairing);
+    ctx->saved_data["layout"] = std::string(layout);
+    return redispatch(op, dy, cos, sin, pairing, layout);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = operator_handle<RopeSignature>("kernel_align::multi_axis_rope");
+    const variable_list saved = ctx->get_saved_variables();
+    at::Tensor ddy =
+        op.call(grads[0], saved[0], saved[1], ctx->saved_data["pairing"].toStringView(),
+                ctx->saved_data["layout"].toStringView());
+    return {ddy, {}, {}, {}, {}};
   }
 };
 
@@ -164,8 +222,9 @@ struct QkNormRopeFunction : torch::autograd::Function<QkNormRopeFunction> {
       weights[i] = optional_of(saved[2 + i]);
       if (weights[i]) compute_dw[i] = ctx->needs_input_grad(edge++);
     }
-    auto [dq, dk, dw0, dw1, dw2, dw3] = redispatch(
-        op, saved[0], saved[1], grads[0], grads[1], weights[0], weights[1], weights[2], weights[3],
+    // Through the dispatcher: with create_graph=True its Autograd kernel records a node.
+    auto [dq, dk, dw0, dw1, dw2, dw3] = op.call(
+        saved[0], saved[1], grads[0], grads[1], weights[0], weights[1], weights[2], weights[3],
         saved[6], saved[7], ctx->saved_data["text_len"].toInt(), ctx->saved_data["eps"].toDouble(),
         ctx->saved_data["mode"].toStringView(), ctx->saved_data["pairing"].toStringView(),
         ctx->saved_data["layout"].toStringView(), compute_dw);
@@ -177,6 +236,30 @@ struct QkNormRopeFunction : torch::autograd::Function<QkNormRopeFunction> {
       if (compute_dw[i]) grads_in[2 + i] = dw[i];
     }
     return grads_in;
+  }
+};
+
+// qk_norm_rope_backward itself: runs below autograd; its own gradient raises.
+struct QkNormRopeBackwardFunction : torch::autograd::Function<QkNormRopeBackwardFunction> {
+  static variable_list forward(AutogradContext* /*ctx*/, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& dq_out, const at::Tensor& dk_out,
+                               const OptionalTensor& text_q_weight,
+                               const OptionalTensor& text_k_weight,
+                               const OptionalTensor& image_q_weight,
+                               const OptionalTensor& image_k_weight, const at::Tensor& cos,
+                               const at::Tensor& sin, std::int64_t text_len, double eps,
+                               c10::string_view mode, c10::string_view pairing,
+                               c10::string_view layout, std::array<bool, kWeights> compute_dw) {
+    static const auto op =
+        operator_handle<QkNormRopeBackwardSignature>("kernel_align::qk_norm_rope_backward");
+    auto [dq, dk, dw0, dw1, dw2, dw3] =
+        redispatch(op, q, k, dq_out, dk_out, text_q_weight, text_k_weight, image_q_weight,
+                   image_k_weight, cos, sin, text_len, eps, mode, pairing, layout, compute_dw);
+    return {dq, dk, dw0, dw1, dw2, dw3};
+  }
+
+  static variable_list backward(AutogradContext* /*ctx*/, const variable_list& /*grads*/) {
+    no_double_backward("qk_norm_rope");
   }
 };
 
@@ -205,6 +288,38 @@ std::tuple<at::Tensor, at::Tensor> qk_norm_rope_autograd(
   return {out[0], out[1]};
 }
 
+std::tuple<at::Tensor, at::Tensor> qk_rmsnorm_backward_autograd(const at::Tensor& x,
+                                                                const at::Tensor& dy,
+                                                                const OptionalTensor& weight,
+                                                                double eps, c10::string_view mode,
+                                                                bool compute_dw) {
+  const variable_list out = QkRmsNormBackwardFunction::apply(x, dy, weight, eps, mode, compute_dw);
+  return {out[0], out[1]};
+}
+
+at::Tensor multi_axis_rope_backward_autograd(const at::Tensor& dy, const at::Tensor& cos,
+                                             const at::Tensor& sin, c10::string_view pairing,
+                                             c10::string_view layout) {
+  check_constant_tables("multi_axis_rope_backward", cos, sin);
+  return RopeBackwardFunction::apply(dy, cos, sin, pairing, layout);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+qk_norm_rope_backward_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& dq_out,
+                               const at::Tensor& dk_out, const OptionalTensor& text_q_weight,
+                               const OptionalTensor& text_k_weight,
+                               const OptionalTensor& image_q_weight,
+                               const OptionalTensor& image_k_weight, const at::Tensor& cos,
+                               const at::Tensor& sin, std::int64_t text_len, double eps,
+                               c10::string_view mode, c10::string_view pairing,
+                               c10::string_view layout, std::array<bool, kWeights> compute_dw) {
+  check_constant_tables("qk_norm_rope_backward", cos, sin);
+  const variable_list out = QkNormRopeBackwardFunction::apply(
+      q, k, dq_out, dk_out, text_q_weight, text_k_weight, image_q_weight, image_k_weight, cos, sin,
+      text_len, eps, mode, pairing, layout, compute_dw);
+  return {out[0], out[1], out[2], out[3], out[4], out[5]};
+}
+
 }  // namespace
 }  // namespace kernel_align::torch_ext
 
@@ -212,4 +327,7 @@ TORCH_LIBRARY_IMPL(kernel_align, Autograd, m) {
   m.impl("qk_rmsnorm", &kernel_align::torch_ext::qk_rmsnorm_autograd);
   m.impl("multi_axis_rope", &kernel_align::torch_ext::multi_axis_rope_autograd);
   m.impl("qk_norm_rope", &kernel_align::torch_ext::qk_norm_rope_autograd);
+  m.impl("qk_rmsnorm_backward", &kernel_align::torch_ext::qk_rmsnorm_backward_autograd);
+  m.impl("multi_axis_rope_backward", &kernel_align::torch_ext::multi_axis_rope_backward_autograd);
+  m.impl("qk_norm_rope_backward", &kernel_align::torch_ext::qk_norm_rope_backward_autograd);
 }

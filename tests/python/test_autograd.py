@@ -150,6 +150,52 @@ def test_inplace_rope_autograd(generator):
         ka.multi_axis_rope_(leaf, cos, sin)
 
 
+def test_double_backward_of_rope_is_exact(generator):
+    """multi_axis_rope is linear: a gradient taken with create_graph=True carries a graph,
+    and differentiating it again gives the exact second-order term. With L = <y, u> and
+    g = dL/dx = R^T u, the penalty P = <g, g> has dP/du = 2 R g = 2 R R^T u = 2u (a
+    rotation), computed here through the ops."""
+    cos, sin = tables(5, generator)
+    x = torch.randn(2, 5, 3, 16, generator=generator, requires_grad=True)
+    u = torch.randn(2, 5, 3, 16, generator=generator, requires_grad=True)
+    y = ka.multi_axis_rope(x, cos, sin)
+    (g,) = torch.autograd.grad(y, x, u, create_graph=True)
+    assert g.grad_fn is not None
+    (du,) = torch.autograd.grad((g * g).sum(), u)
+    assert_bitwise(du, 2 * OPS.multi_axis_rope(g.detach(), cos, sin, "interleaved", "bshd"))
+    assert_close(du, 2 * u.detach(), "elementwise")
+    # The in-place op's gradient too (its backward calls the same backward operator).
+    (g_inplace,) = torch.autograd.grad(ka.multi_axis_rope_(x * 1.0, cos, sin), x, u,
+                                       create_graph=True)
+    assert g_inplace.grad_fn is not None
+
+
+@pytest.mark.parametrize("op", ["qk_rmsnorm", "qk_norm_rope"])
+def test_double_backward_of_the_norms_raises(op, generator):
+    """The gradient of a gradient of the RMSNorm ops is not implemented: asking for it (a
+    gradient penalty) raises a clear error, where the gradient once came back without a
+    graph and the penalty silently lost its term. First-order gradients under
+    create_graph=True are unchanged."""
+    cos, sin = tables(6, generator)
+    q = torch.randn(1, 6, 2, 16, generator=generator, requires_grad=True)
+    w = torch.randn(16, generator=generator, requires_grad=True)
+    if op == "qk_rmsnorm":
+        outs = (ka.qk_rmsnorm(q, w),)
+    else:
+        outs = ka.qk_norm_rope(q, q[:, :, :1].detach(), cos, sin, text_len=2, image_q_weight=w)
+    upstream = tuple(torch.randn_like(o) for o in outs)
+    g_q, g_w = torch.autograd.grad(outs, (q, w), upstream, create_graph=True)
+    plain = torch.autograd.grad(
+        ka.qk_rmsnorm(q, w) if op == "qk_rmsnorm" else ka.qk_norm_rope(
+            q, q[:, :, :1].detach(), cos, sin, text_len=2, image_q_weight=w),
+        (q, w), upstream)
+    assert_bitwise(g_q, plain[0])
+    assert_bitwise(g_w, plain[1])
+    assert g_q.requires_grad, "a gradient with create_graph=True must not be a constant"
+    with pytest.raises(NotImplementedError, match=f"kernel_align.{op}: double backward"):
+        torch.autograd.grad((g_q * g_q).sum() + g_w.sum(), q)
+
+
 def _opcheck_cases(generator):
     cos, sin = tables(6, generator)
     x = torch.randn(2, 6, 3, 16, generator=generator)
