@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <ostream>
 #include <string_view>
 
@@ -224,6 +225,12 @@ int main_entry(const std::vector<std::string>& args, std::ostream& out, std::ost
     return dispatch(args, out);
   } catch (const Error& e) {
     err << "kernel-align: error: " << one_line(e.what()) << '\n';
+    return kExitBadArgument;
+  } catch (const std::bad_alloc&) {
+    // What the size checks before allocation (memory.hpp) could not foresee.
+    const Error e("memory", "allocations that fit in the available memory",
+                  "one that failed (std::bad_alloc): use smaller inputs");
+    err << "kernel-align: error: " << e.what() << '\n';
     return kExitBadArgument;
   } catch (const std::exception& e) {
     err << "kernel-align: internal error: " << one_line(e.what()) << '\n';

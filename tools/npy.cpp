@@ -1,15 +1,20 @@
 #include "npy.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <string_view>
 
 #include "kernel_align/error.hpp"
+#include "memory.hpp"
 #include "messages.hpp"
 
 namespace kernel_align::cli {
@@ -307,26 +312,38 @@ NpyArray parse_npy(std::span<const std::byte> file, const std::string& argument,
 
 NpyArray read_npy(const std::filesystem::path& path, const std::string& argument) {
   const std::string name = path.string();
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  if (error) {
-    throw Error(argument, "a readable .npy file",
-                single_quoted(name) + " (" + error.message() + ")");
-  }
-  if (!std::filesystem::is_regular_file(status)) {
-    throw Error(argument, "a readable .npy file", single_quoted(name) + " (not a regular file)");
-  }
-  std::ifstream in(path, std::ios::binary);
+  const auto unreadable = [&](const std::string& reason) {
+    return Error(argument, "a readable .npy file", single_quoted(name) + " (" + reason + ")");
+  };
+  struct File {
+    int fd;
+    ~File() {
+      if (fd >= 0) ::close(fd);
+    }
+  } const file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) throw unreadable(std::strerror(errno));
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) throw unreadable(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw unreadable("not a regular file");
+  // The file and the array parsed from it are both held for a moment.
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  check_fits_in_memory(argument, checked_product({size, 2}), single_quoted(name));
+  // read(2) until the end, whatever st_size says: files under /proc report 0 (and
+  // /proc/self/mem fails with EIO, which is then the error).
   std::vector<std::byte> bytes;
-  if (in) {
-    in.seekg(0, std::ios::end);
-    bytes.resize(static_cast<std::size_t>(in.tellg()));
-    in.seekg(0);
-    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  }
-  if (!in) {
-    throw Error(argument, "a readable .npy file",
-                single_quoted(name) + " (" + std::strerror(errno) + ")");
+  constexpr std::uint64_t kChunk = std::uint64_t{1} << 20;
+  while (true) {
+    const std::size_t used = bytes.size();
+    if (used > size) {
+      check_fits_in_memory(argument, checked_product({used + kChunk, 2}), single_quoted(name));
+    }
+    // Room for the rest of what st_size announced, or one more chunk past it.
+    bytes.resize(used + std::max(kChunk, used < size ? size - used : 0));
+    const ssize_t n = ::read(file.fd, bytes.data() + used, bytes.size() - used);
+    bytes.resize(used + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw unreadable(std::strerror(errno));
+    if (n == 0) break;
   }
   return parse_npy(bytes, argument, name);
 }

@@ -21,6 +21,7 @@
 #include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 #include "kernel_align/tables.hpp"
+#include "memory.hpp"
 #include "oracle/oracle.hpp"
 #include "random_inputs.hpp"
 #include "tensor_io.hpp"
@@ -66,6 +67,42 @@ JobConfig parse_config(const std::vector<std::string>& tokens) {
   if (c.batch < 2) throw Error("--batch", "a batch size >= 2", std::to_string(c.batch));
   c.trace = args.optional("--trace").value_or("");
   return c;
+}
+
+// Refuses, before anything is allocated, a job larger than the memory the machine can
+// give: the tables, the sample's arrays and the oracle's fp64 copies, then the batch.
+void check_job_memory(const JobConfig& c, std::int64_t seq) {
+  const auto tokens = static_cast<std::uint64_t>(seq);
+  const auto elements =
+      checked_product({tokens, static_cast<std::uint64_t>(c.heads), std::uint64_t{kHeadDim}});
+  const std::string sample = std::to_string(seq) + " tokens x " + std::to_string(c.heads) +
+                             " heads x " + std::to_string(kHeadDim) + ", " + dtype_name(c.dtype);
+  // int32 positions [S, 3] and fp32 cos/sin [S, D/2].
+  const std::uint64_t table_bytes_per_token = 3 * 4 + 2 * (kHeadDim / 2) * 4;
+  const auto tables = checked_product({tokens, table_bytes_per_token});
+  check_fits_in_memory("--image", tables,
+                       "the positions and tables of " + std::to_string(seq) + " tokens");
+  // q and k: input, normed, output, fused output (8 arrays), and the oracle's fp64 copy
+  // of an input and its expected values with their bounds (about 48 bytes an element).
+  const std::uint64_t sample_bytes_per_element = 8 * dtype_size(c.dtype) + 48;
+  const auto per_sample =
+      checked_product({elements.value_or(UINT64_MAX), sample_bytes_per_element});
+  const auto job = [&](std::optional<std::uint64_t> batch_bytes) -> std::optional<std::uint64_t> {
+    if (!tables || !per_sample || !batch_bytes) return std::nullopt;
+    std::uint64_t total = *tables;
+    if (__builtin_add_overflow(total, *per_sample, &total) ||
+        __builtin_add_overflow(total, *batch_bytes, &total)) {
+      return std::nullopt;
+    }
+    return total;
+  };
+  check_fits_in_memory("--heads", elements ? job(0) : std::nullopt, "one sample (" + sample + ")");
+  // The batch: q and k inputs and fused outputs.
+  const auto batch_bytes =
+      checked_product({elements.value_or(UINT64_MAX), static_cast<std::uint64_t>(c.batch),
+                       4 * dtype_size(c.dtype)});
+  check_fits_in_memory("--batch", job(batch_bytes),
+                       "a batch of " + std::to_string(c.batch) + " samples (" + sample + ")");
 }
 
 std::vector<double> widened(const ConstTensorView& v) {
@@ -214,6 +251,8 @@ class Clock {
 
 int run_main_job(const std::vector<std::string>& tokens) {
   const JobConfig config = parse_config(tokens);
+  check_job_memory(config, call_library({{"text_len", "--text-len"}, {"images", "--image"}},
+                                        [&] { return sequence_length(config.positions); }));
   const bool diffusers = config.positions.layout == PositionLayout::Diffusers;
   Clock clock;
 

@@ -118,6 +118,16 @@ TEST_F(CliErrorTest, MissingFile) {
   expect_bad_argument({"apply", "qk-rmsnorm", "--x", "two\nlines.npy", "--out", "y.npy"}, "--x");
 }
 
+// Sizes are checked before anything is allocated: once std::bad_alloc and a
+// length_error were internal errors (exit 1).
+TEST_F(CliErrorTest, RequestsAboveTheAvailableMemoryNameTheirFlag) {
+  expect_bad_argument({"run", "--heads", "100000000", "--batch", "2"}, "--heads");
+  expect_bad_argument({"run", "--batch", "1000000000"}, "--batch");
+  expect_bad_argument({"run", "--image", "700000x700000"}, "--image");
+  // A file whose reads fail (EIO) and whose reported size is 0.
+  expect_bad_argument({"apply", "qk-rmsnorm", "--x", "/proc/self/mem", "--out", "y.npy"}, "--x");
+}
+
 TEST_F(CliErrorTest, UnreadableFile) {
   fs::create_directory(work() / "directory.npy");
   expect_bad_argument({"apply", "qk-rmsnorm", "--x", "directory.npy", "--out", "y.npy"}, "--x");
