@@ -107,10 +107,17 @@ bool asks_for_help(const std::vector<std::string>& tokens) {
                      [](const std::string& t) { return t == "--help" || t == "-h"; });
 }
 
+std::string backend_list() {
+  std::string names;
+  for (const std::string& name : backend_names()) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
 // --backend NAME, --isa portable|avx2|avx512 and --threads N may stand
-// anywhere on the line: they choose how every command computes, never what.
+// anywhere on the line, once each: they choose how every command computes, never what.
 std::vector<std::string> apply_runtime_flags(const std::vector<std::string>& args) {
   std::vector<std::string> rest;
+  std::vector<std::string> seen;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
     if (flag != "--backend" && flag != "--isa" && flag != "--threads") {
@@ -119,15 +126,23 @@ std::vector<std::string> apply_runtime_flags(const std::vector<std::string>& arg
     }
     if (i + 1 == args.size()) throw Error(flag, "a value", "none");
     const std::string& value = args[++i];
+    if (std::find(seen.begin(), seen.end(), flag) != seen.end()) {
+      throw Error(flag, "a single value", "a second one, " + single_quoted(value));
+    }
+    seen.push_back(flag);
     if (flag == "--backend") {
+      // The library's "" restores the registry's order; on the command line, where the
+      // default is to give no flag, an empty name is a mistake.
+      if (value.empty()) {
+        throw Error(flag, "a backend name, one of " + backend_list(), single_quoted(value));
+      }
       call_library({{"backend", "--backend"}}, [&] { set_backend(value); });
     } else if (flag == "--isa") {
       const Isa isa = parse_choice<Isa>(
           flag, value, {{"portable", Isa::Portable}, {"avx2", Isa::Avx2}, {"avx512", Isa::Avx512}});
       call_library({{"isa", "--isa"}}, [&] { set_isa(isa); });
     } else {
-      const int threads = parse_int<int>(flag, value);
-      call_library({{"threads", "--threads"}}, [&] { set_num_threads(threads); });
+      set_num_threads(parse_num_threads(flag, value));
     }
   }
   return rest;
@@ -180,7 +195,8 @@ int dispatch(const std::vector<std::string>& all_args, std::ostream& out) {
   const std::size_t words = first == kApply && args.size() > 1 ? 2 : 1;
   const Command* command = find_command(words == 2 ? first + " " + args[1] : first);
   if (command == nullptr) {
-    if (asks_for_help(args)) {
+    // Help for `apply` itself lists every operation; help for an unknown word is an error.
+    if (first == kApply && asks_for_help(args) && (args.size() < 2 || args[1].starts_with("--"))) {
       print_help(out);
       return kExitOk;
     }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernel_align/ops.hpp"
+
 namespace kernel_align::cli {
 namespace {
 
@@ -83,11 +85,17 @@ std::vector<FlagSpec> Args::flags(std::span<const FlagSpec> base,
 }
 
 float parse_finite_float(std::string_view flag, std::string_view text) {
-  float value = 0.0f;
-  if (!parse_whole(text, value) || !std::isfinite(value)) {
+  double value = 0.0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc::result_out_of_range && ptr == end) {
+    throw Error(std::string(flag), "a number within the fp32 range",
+                single_quoted(text) + ", which is beyond even fp64's");
+  }
+  if (ec != std::errc() || ptr != end) {
     throw Error(std::string(flag), "a finite number", single_quoted(text));
   }
-  return value;
+  return fp32_option(std::string(flag), value);
 }
 
 std::vector<int> parse_int_list(std::string_view flag, std::string_view text) {

@@ -70,6 +70,8 @@ Int parse_int(std::string_view flag, std::string_view text) {
   }
   return value;
 }
+// A finite number that fits fp32 (kernel_align::fp32_option): its overflow or underflow
+// is said as such.
 float parse_finite_float(std::string_view flag, std::string_view text);
 // "16,56,56"
 std::vector<int> parse_int_list(std::string_view flag, std::string_view text);

@@ -38,11 +38,13 @@ void run_backends(const Args&) {
   }
   const std::string forced = backend_override();
   std::printf(
-      "\nfirst choice: %s; strict: %s (fallbacks fail); isa in use: %s; threads: %d\n"
+      "\nfirst choice: %s; strict: %s; isa in use: %s; threads: %d\n"
       "(--backend NAME or KERNEL_ALIGN_BACKEND forces a backend, KERNEL_ALIGN_STRICT=1 "
       "forbids fallbacks)\n",
       forced.empty() ? "the first available backend in each list" : forced.c_str(),
-      strict() ? "on" : "off", isa_name(isa()), num_threads());
+      strict() ? "on (a fallback is an error)"
+               : "off (a fallback is counted, traced and warned about)",
+      isa_name(isa()), num_threads());
 }
 
 }  // namespace

@@ -70,7 +70,9 @@ Command positions_command() {
   return {"positions",
           "--layout seed|diffusers --image WxH [--image WxH ...] [--frame K ...] --text-len N "
           "[--start A] [--end B] --out pos.npy",
-          "int32 token positions [S, 3] (frame, height, width); images in pixels, 16 per token",
+          "int32 token positions [S, 3] (frame, height, width); images in pixels, 16 per token; "
+          "--frame K, one per --image in its order, sets that image's frame index (any int32; "
+          "default 0, 1, 2, ...; the seed layout takes only 0)",
           {{"--layout"},
            {"--image", true},
            {"--frame", true},

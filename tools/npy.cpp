@@ -85,7 +85,17 @@ class HeaderParser {
   [[noreturn]] void fail(const std::string& expected, const std::string& found) const {
     throw Error(argument_, kHeaderForm + std::string(" in ") + single_quoted(source_),
                 found + " at column " + std::to_string(pos_) + " (" + expected +
-                    " expected there) of " + single_quoted(trimmed()));
+                    " expected there) of " + excerpt());
+  }
+
+  // The header, quoted, cut after kExcerpt characters: an error stays a readable line
+  // whatever the file holds (a header may be 4 GiB).
+  std::string excerpt() const {
+    constexpr std::size_t kExcerpt = 120;
+    const std::string_view header = trimmed();
+    if (header.size() <= kExcerpt) return single_quoted(header);
+    return single_quoted(header.substr(0, kExcerpt)) + "... (" + std::to_string(header.size()) +
+           " characters in all)";
   }
 
   // The header without the padding NumPy puts before the data.

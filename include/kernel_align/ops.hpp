@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "kernel_align/contract/rmsnorm.hpp"
 #include "kernel_align/tensor.hpp"
@@ -96,6 +97,13 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
                            const QkNormWeights& weights, const ConstTensorView& cos,
                            const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
                            const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options);
+
+// An option given as a double (a Python float, a number on the command line) as the
+// fp32 value the contract computes with, rounded to nearest: Error naming `argument`
+// when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value
+// (eps = 1e-50 would become 0 and a zero row NaN). The one rule of every front end for
+// eps and theta.
+float fp32_option(const std::string& argument, double value);
 
 const char* pairing_name(Pairing p);
 const char* layout_name(Layout l);

@@ -4,6 +4,9 @@
 // the registry's choice (registry.hpp).
 #pragma once
 
+#include <string>
+#include <string_view>
+
 namespace kernel_align {
 
 // Instruction-set paths of the CPU backend, lowest first.
@@ -22,8 +25,14 @@ Isa best_isa();
 void set_isa(Isa i);
 Isa isa();
 
-// Threads of the CPU backend (>= 1). Default: all cores, or KERNEL_ALIGN_NUM_THREADS.
-void set_num_threads(int n);
+// Threads of the CPU backend, 1 to 4096 (Error naming "threads" otherwise). Default:
+// all cores, or KERNEL_ALIGN_NUM_THREADS.
+void set_num_threads(long long n);
 int num_threads();
+
+// The thread count written in `text`: decimal digits only ("4"; no sign, space or
+// suffix), 1 to 4096; Error naming `argument` otherwise. The one parser of
+// KERNEL_ALIGN_NUM_THREADS and the command line's --threads.
+int parse_num_threads(const std::string& argument, std::string_view text);
 
 }  // namespace kernel_align

@@ -32,7 +32,7 @@ at::Tensor no_gradient(const at::Tensor& like) {
 }
 
 float eps_of(double eps) {
-  return static_cast<float>(eps);
+  return fp32_option("eps", eps);
 }
 
 at::Tensor qk_rmsnorm(const at::Tensor& x, const std::optional<at::Tensor>& weight, double eps,

@@ -86,7 +86,7 @@ std::tuple<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions,
       }
       spec.axes_dim.push_back(static_cast<int>(d));
     }
-    spec.theta = static_cast<float>(theta);
+    spec.theta = fp32_option("theta", theta);
     // The builder reads rows of int32: a copy only when the caller's tensor is strided.
     const at::Tensor rows = positions.contiguous();
     const RopeTables tables =
@@ -144,12 +144,7 @@ std::int64_t fallback_count() {
 }
 
 void set_num_threads(std::int64_t n) {
-  translate_errors("set_num_threads", [&] {
-    if (n < 1 || n > std::numeric_limits<int>::max()) {
-      throw Error("n", "a thread count >= 1", std::to_string(n));
-    }
-    kernel_align::set_num_threads(static_cast<int>(n));
-  });
+  translate_errors("set_num_threads", [&] { kernel_align::set_num_threads(n); });
 }
 
 std::int64_t get_num_threads() {

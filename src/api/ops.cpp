@@ -4,11 +4,15 @@
 
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 #include "api/float_env.hpp"
 #include "api/problems.hpp"
 #include "kernel_align/contract/convert.hpp"
+#include "kernel_align/error.hpp"
 #include "registry/registry.hpp"
 #include "trace/trace.hpp"
 
@@ -224,6 +228,23 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
   };
   run(entered, d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_backward,
       zero_empty_stream_grads);
+}
+
+float fp32_option(const std::string& argument, double value) {
+  if (!std::isfinite(value)) throw Error(argument, "a finite number", std::to_string(value));
+  const auto rounded = static_cast<float>(value);
+  char text[40];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  if (std::isinf(rounded)) {
+    throw Error(argument, "a number within the fp32 range (magnitude at most 3.40282347e+38)",
+                std::string(text) + ", which overflows fp32 to infinity");
+  }
+  if (rounded == 0.0f && value != 0.0) {
+    throw Error(argument,
+                "zero or a number of magnitude at least 1.4e-45 (the smallest fp32 subnormal)",
+                std::string(text) + ", which underflows fp32 to 0");
+  }
+  return rounded;
 }
 
 const char* pairing_name(Pairing p) {

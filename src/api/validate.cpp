@@ -20,14 +20,15 @@ namespace {
 
 void check_view(const std::string& name, const ConstTensorView& v, int min_rank, int max_rank,
                 const std::string& rank_meaning) {
-  if (v.data == nullptr) throw Error(name, "a non-null data pointer", "null");
   if (v.rank < min_rank || v.rank > max_rank) {
     throw Error(name, rank_meaning, "rank " + std::to_string(v.rank));
   }
+  // Shapes first: an empty tensor (torch's have a null data pointer) is told as such.
   for (int i = 0; i < v.rank; ++i) {
     if (v.shape[i] <= 0) throw Error(name, "a non-empty tensor (every dim > 0)", describe(v));
     if (v.strides[i] < 0) throw Error(name, "non-negative strides", describe(v));
   }
+  if (v.data == nullptr) throw Error(name, "a non-null data pointer", "null");
 }
 
 int check_head_dim(const std::string& name, std::int64_t d) {

@@ -2,6 +2,7 @@
 // starts from its environment variable (read once, at first use; a bad value is
 // an Error at that use, never a silent default) and can be overridden by the API.
 #include <atomic>
+#include <charconv>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -84,13 +85,7 @@ Settings& settings() {
       s.isa = isa;
     }
     if (const std::string t = env("KERNEL_ALIGN_NUM_THREADS"); !t.empty()) {
-      char* end = nullptr;
-      const long long n = std::strtoll(t.c_str(), &end, 10);
-      if (end == t.c_str() || *end != '\0') {
-        throw Error("KERNEL_ALIGN_NUM_THREADS", "a thread count from 1 to 4096", "'" + t + "'");
-      }
-      check_threads("KERNEL_ALIGN_NUM_THREADS", n);
-      s.threads = static_cast<int>(n);
+      s.threads = parse_num_threads("KERNEL_ALIGN_NUM_THREADS", t);
     }
   });
   return s;
@@ -123,9 +118,22 @@ Isa isa() {
   return settings().isa;
 }
 
-void set_num_threads(int n) {
+void set_num_threads(long long n) {
   check_threads("threads", n);
-  settings().threads = n;
+  settings().threads = static_cast<int>(n);
+}
+
+int parse_num_threads(const std::string& argument, std::string_view text) {
+  long long n = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, n);
+  if (text.empty() || ec == std::errc::invalid_argument || ptr != end) {
+    throw Error(argument, "a thread count from 1 to 4096 (decimal digits only)",
+                "'" + std::string(text) + "'");
+  }
+  if (ec == std::errc::result_out_of_range) n = -1;  // reported as out of range below
+  check_threads(argument, n);
+  return static_cast<int>(n);
 }
 int num_threads() {
   return settings().threads;

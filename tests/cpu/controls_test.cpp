@@ -248,11 +248,20 @@ TEST(RuntimeEnvironment, BadValuesAreErrorsNamingTheVariable) {
     const char* value;
   };
   std::vector<Bad> bad = {
-      {"KERNEL_ALIGN_BACKEND", "gpu"},    {"KERNEL_ALIGN_BACKEND", "simd "},
-      {"KERNEL_ALIGN_BACKEND", "cpu"},    {"KERNEL_ALIGN_STRICT", "yes"},
-      {"KERNEL_ALIGN_ISA", "sse2"},       {"KERNEL_ALIGN_ISA", "avx"},
-      {"KERNEL_ALIGN_NUM_THREADS", "0"},  {"KERNEL_ALIGN_NUM_THREADS", "-2"},
-      {"KERNEL_ALIGN_NUM_THREADS", "3x"}, {"KERNEL_ALIGN_NUM_THREADS", "many"},
+      {"KERNEL_ALIGN_BACKEND", "gpu"},
+      {"KERNEL_ALIGN_BACKEND", "simd "},
+      {"KERNEL_ALIGN_BACKEND", "cpu"},
+      {"KERNEL_ALIGN_STRICT", "yes"},
+      {"KERNEL_ALIGN_ISA", "sse2"},
+      {"KERNEL_ALIGN_ISA", "avx"},
+      {"KERNEL_ALIGN_NUM_THREADS", "0"},
+      {"KERNEL_ALIGN_NUM_THREADS", "-2"},
+      {"KERNEL_ALIGN_NUM_THREADS", "3x"},
+      {"KERNEL_ALIGN_NUM_THREADS", "many"},
+      // What strtoll took and --threads refused: one parser for both now.
+      {"KERNEL_ALIGN_NUM_THREADS", "+4"},
+      {"KERNEL_ALIGN_NUM_THREADS", " 3"},
+      {"KERNEL_ALIGN_NUM_THREADS", "99999999999999999999"},
   };
   // A path this machine lacks is as bad as an unknown one.
   for (Isa i : test::kAllIsas) {

@@ -123,6 +123,16 @@ TEST_F(RmsNormErrors, EmptyTensorsAndNullData) {
                 test::strided(y.view(), {0, 8}, {8, 1}));
       },
       "x"));
+  // An empty tensor with no data (as torch's are) is told as empty, not as a null pointer.
+  ConstTensorView empty_x = test::strided(x.cview(), {0, 8}, {8, 1});
+  empty_x.data = nullptr;
+  try {
+    forward(empty_x, std::nullopt, y.view());
+    ADD_FAILURE() << "accepted an empty tensor";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "x");
+    EXPECT_EQ(e.expected(), "a non-empty tensor (every dim > 0)") << e.what();
+  }
   ConstTensorView null_x = x.cview();
   null_x.data = nullptr;
   EXPECT_TRUE(rejects([&] { forward(null_x, std::nullopt, y.view()); }, "x"));

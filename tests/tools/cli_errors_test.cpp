@@ -204,6 +204,39 @@ TEST_F(CliErrorTest, NonFiniteOrNegativeEps) {
   expect_bad_argument(kTables + Tokens{"--theta", "0"}, "--theta");
 }
 
+// Out of fp32's range is said as such, not as "a finite number".
+TEST_F(CliErrorTest, NumbersBeyondFp32SayItOverflowsOrUnderflows) {
+  const auto says = [&](const Tokens& args, const std::string& flag, const std::string& what) {
+    expect_bad_argument(args, flag);
+    const CliResult r = run(args);
+    EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+  };
+  says(kRmsNorm + Tokens{"--eps", "1e-50"}, "--eps", "underflows fp32 to 0");
+  says(kRmsNorm + Tokens{"--eps", "3.5e38"}, "--eps", "overflows fp32 to infinity");
+  says(kTables + Tokens{"--theta", "1e-300"}, "--theta", "underflows fp32 to 0");
+  says(kTables + Tokens{"--theta", "1e999"}, "--theta", "within the fp32 range");
+}
+
+TEST_F(CliErrorTest, RuntimeFlagsOnceEachAndNoEmptyBackend) {
+  expect_bad_argument(kRmsNorm + Tokens{"--threads", "2", "--threads", "3"}, "--threads");
+  expect_bad_argument(kRmsNorm + Tokens{"--backend", "simd", "--backend", "reference"},
+                      "--backend");
+  expect_bad_argument(kRmsNorm + Tokens{"--isa", "portable", "--isa", "portable"}, "--isa");
+  expect_bad_argument(kRmsNorm + Tokens{"--backend", ""}, "--backend");
+  expect_bad_argument(kRmsNorm + Tokens{"--threads", "+4"}, "--threads");
+}
+
+TEST_F(CliErrorTest, HelpForAnUnknownCommandIsAnError) {
+  expect_bad_argument({"help", "bogus"}, "command");
+  expect_bad_argument({"bogus", "--help"}, "command");
+  EXPECT_NE(run_ok({"help", "apply"}).find("usage: kernel-align apply rope"), std::string::npos);
+}
+
+// The library's argument names become the flags the user typed.
+TEST_F(CliErrorTest, RunNamesItsFlags) {
+  expect_bad_argument({"run", "--text-len", "-1"}, "--text-len");
+}
+
 TEST_F(CliErrorTest, EmptyTensor) {
   write("empty.npy", make_npy_array(NpyType::BF16, {0, 128}));
   expect_bad_argument({"apply", "qk-rmsnorm", "--x", "empty.npy", "--out", "y.npy"}, "--x");
@@ -225,6 +258,21 @@ TEST_F(CliErrorTest, MalformedNpy) {
   expect_bad_argument(kRmsNorm, "--x");
   write_bytes("x.npy", {std::byte{'P'}, std::byte{'K'}, std::byte{3}, std::byte{4}});
   expect_bad_argument(kRmsNorm, "--x");
+  // A 10 KB header is quoted in part: the error stays a line one can read.
+  const std::string header = "{'descr': '<f4', " + std::string(10000, 'z') + "}";
+  std::vector<std::byte> file;
+  for (const char c : std::string("\x93NUMPY")) file.push_back(static_cast<std::byte>(c));
+  file.push_back(std::byte{2});  // version 2.0: a 4-byte header length
+  file.push_back(std::byte{0});
+  for (int shift = 0; shift < 32; shift += 8) {
+    file.push_back(static_cast<std::byte>((header.size() >> shift) & 0xFF));
+  }
+  for (const char c : header) file.push_back(static_cast<std::byte>(c));
+  write_bytes("x.npy", file);
+  expect_bad_argument(kRmsNorm, "--x");
+  const CliResult r = run(kRmsNorm);
+  EXPECT_LT(r.err.size(), 600u) << r.err;
+  EXPECT_NE(r.err.find("characters in all"), std::string::npos) << r.err;
 }
 
 TEST_F(CliErrorTest, BadImageSize) {
