@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -67,9 +68,9 @@ std::tuple<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions,
   constexpr const char* op = "rope_tables";
   return translate_errors(op, [&] {
     TORCH_CHECK_TYPE(positions.scalar_type() == at::kInt,
-                     "kernel_align.rope_tables: argument 'positions': expected dtype int32, "
+                     "kernel_align.rope_tables: argument 'positions': expected dtype torch.int32, "
                      "found ",
-                     positions.scalar_type());
+                     torch_dtype_name(positions.scalar_type()));
     if (!positions.device().is_cpu()) {
       throw Error("positions", "a CPU tensor", "one on " + positions.device().str());
     }
@@ -98,6 +99,26 @@ std::tuple<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions,
       return t;
     };
     return std::tuple{table(tables.cos), table(tables.sin)};
+  });
+}
+
+// The options of a module, checked when it is built by the rules the ops apply when
+// called (nothing runs, so nothing is traced): any that is given.
+void check_options(std::optional<std::int64_t> head_dim, std::optional<double> eps,
+                   std::optional<c10::string_view> mode, std::optional<c10::string_view> pairing,
+                   std::optional<c10::string_view> layout) {
+  translate_errors("check_options", [&] {
+    if (head_dim && (*head_dim < 2 || *head_dim > kMaxHeadDim || *head_dim % 2 != 0)) {
+      throw Error("dim", "an even head dim from 2 to " + std::to_string(kMaxHeadDim),
+                  std::to_string(*head_dim));
+    }
+    if (eps) {
+      const float value = fp32_option("eps", *eps);
+      if (value < 0.0f) throw Error("eps", "a finite number >= 0", std::to_string(*eps));
+    }
+    if (mode) parse_norm_mode(*mode);
+    if (pairing) parse_pairing(*pairing);
+    if (layout) parse_layout(*layout);
   });
 }
 
@@ -160,6 +181,8 @@ TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
         &ext::positions);
   m.def("rope_tables(Tensor positions, int[] axes_dim, float theta) -> (Tensor cos, Tensor sin)",
         &ext::rope_tables);
+  m.def("check_options(int? head_dim, float? eps, str? norm_mode, str? pairing, str? layout) -> ()",
+        &ext::check_options);
   m.def("backends() -> str[]", &ext::backends);
   m.def("set_backend(str name) -> ()", &ext::set_backend);
   m.def("get_backend() -> str", &ext::get_backend);

@@ -32,8 +32,9 @@ DType dtype_of(const char* op, const char* argument, const at::Tensor& tensor) {
     default:
       throw c10::TypeError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
                            prefix(op, argument) +
-                               "expected dtype float32, bfloat16 or float16, found " +
-                               std::string(c10::toString(tensor.scalar_type())));
+                               "expected dtype torch.float32, torch.bfloat16 or torch.float16, "
+                               "found " +
+                               torch_dtype_name(tensor.scalar_type()));
   }
 }
 
@@ -83,6 +84,37 @@ std::optional<ConstTensorView> input_view(const char* op, const char* argument,
 TensorView output_view(const char* op, const char* argument, const at::Tensor& tensor) {
   return view_of<TensorView>(op, argument, tensor,
                              tensor.defined() ? tensor.mutable_data_ptr() : nullptr);
+}
+
+std::string torch_dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "torch.float32";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kChar:
+      return "torch.int8";
+    case at::kShort:
+      return "torch.int16";
+    case at::kInt:
+      return "torch.int32";
+    case at::kLong:
+      return "torch.int64";
+    case at::kBool:
+      return "torch.bool";
+    case at::kComplexFloat:
+      return "torch.complex64";
+    case at::kComplexDouble:
+      return "torch.complex128";
+    default:
+      return std::string("torch.") + c10::toString(type);
+  }
 }
 
 NormMode parse_norm_mode(std::string_view text) {

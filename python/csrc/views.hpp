@@ -44,6 +44,9 @@ Enum parse(const char* argument, std::string_view text, const std::array<Enum, N
   throw Error(argument, "one of " + names(values, name), "'" + std::string(text) + "'");
 }
 
+// "torch.float64": a dtype as Python users write it (c10's own names are "Double", ...).
+std::string torch_dtype_name(at::ScalarType type);
+
 NormMode parse_norm_mode(std::string_view text);
 Pairing parse_pairing(std::string_view text);
 Layout parse_layout(std::string_view text);

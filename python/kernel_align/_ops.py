@@ -36,18 +36,36 @@ _load_library()
 ops = torch.ops.kernel_align
 
 
-def check_cpu(op: str, **tensors: torch.Tensor | None) -> None:
-    """ValueError naming the first tensor that is not on the CPU, its device and the
-    backends (all of which run on the CPU)."""
+def check_tensors(op: str, optional: tuple[str, ...] = (), **tensors) -> None:
+    """TypeError naming the first argument that is not a dense ``torch.Tensor`` (a list, a
+    numpy array, None where a tensor is required, a sparse or nested tensor: the
+    dispatcher would raise AttributeError, RuntimeError or NotImplementedError for
+    those); ValueError naming the first that is not on the CPU, its device and the
+    backends (all of which run on the CPU). Names in ``optional`` may be None. The Python
+    functions and the fake kernels (torch.compile, meta tensors) both check."""
     for name, tensor in tensors.items():
+        if tensor is None and name in optional:
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            kind = type(tensor)
+            raise TypeError(f"kernel_align.{op}: argument '{name}': expected a torch.Tensor, "
+                            f"found {kind.__module__}.{kind.__qualname__}")
+        if tensor.is_nested or tensor.layout is not torch.strided:
+            found = "a nested tensor" if tensor.is_nested else f"layout {tensor.layout}"
+            raise TypeError(f"kernel_align.{op}: argument '{name}': expected a strided (dense) "
+                            f"tensor, found {found}")
         # is_cpu rather than device.type: no torch.device object per tensor, which after
         # a cache-flushing kernel halves this check's cost (about 80 -> 40 us a call).
-        if tensor is not None and not tensor.is_cpu:
+        if not tensor.is_cpu:
             raise ValueError(
                 f"kernel_align.{op}: argument '{name}': expected a CPU tensor, found one on "
                 f"{tensor.device} (kernel-align's backends {', '.join(ops.backends())} run "
                 "on the CPU)"
             )
+
+
+# The optional tensors of the fused ops.
+FUSED_WEIGHT_NAMES = ("text_q_weight", "text_k_weight", "image_q_weight", "image_k_weight")
 
 
 def _no_gradient(like: torch.Tensor) -> torch.Tensor:
@@ -61,13 +79,13 @@ def _no_gradient(like: torch.Tensor) -> torch.Tensor:
 
 @torch.library.register_fake("kernel_align::qk_rmsnorm")
 def _qk_rmsnorm_fake(x, weight=None, eps=1e-6, norm_mode="single", out_dtype=None):
-    check_cpu("qk_rmsnorm", x=x, weight=weight)
+    check_tensors("qk_rmsnorm", ("weight",), x=x, weight=weight)
     return torch.empty_like(x, dtype=x.dtype if out_dtype is None else out_dtype)
 
 
 @torch.library.register_fake("kernel_align::qk_rmsnorm_backward")
 def _qk_rmsnorm_backward_fake(x, dy, weight, eps, norm_mode, compute_dw):
-    check_cpu("qk_rmsnorm_backward", x=x, dy=dy, weight=weight)
+    check_tensors("qk_rmsnorm_backward", ("weight",), x=x, dy=dy, weight=weight)
     dw = torch.empty_like(weight) if compute_dw else _no_gradient(x)
     return torch.empty_like(x), dw
 
@@ -89,18 +107,18 @@ def check_constant_tables(op: str, cos: torch.Tensor, sin: torch.Tensor) -> None
 
 @torch.library.register_fake("kernel_align::multi_axis_rope")
 def _multi_axis_rope_fake(x, cos, sin, pairing="interleaved", layout="bshd"):
-    check_cpu("multi_axis_rope", x=x, cos=cos, sin=sin)
+    check_tensors("multi_axis_rope", x=x, cos=cos, sin=sin)
     return torch.empty_like(x)
 
 
 @torch.library.register_fake("kernel_align::multi_axis_rope_")
 def _multi_axis_rope_inplace_fake(x, cos, sin, pairing="interleaved", layout="bshd"):
-    check_cpu("multi_axis_rope_", x=x, cos=cos, sin=sin)
+    check_tensors("multi_axis_rope_", x=x, cos=cos, sin=sin)
 
 
 @torch.library.register_fake("kernel_align::multi_axis_rope_backward")
 def _multi_axis_rope_backward_fake(dy, cos, sin, pairing, layout):
-    check_cpu("multi_axis_rope_backward", dy=dy, cos=cos, sin=sin)
+    check_tensors("multi_axis_rope_backward", dy=dy, cos=cos, sin=sin)
     return torch.empty_like(dy)
 
 
@@ -112,7 +130,7 @@ def _multi_axis_rope_backward_fake(dy, cos, sin, pairing, layout):
 def _qk_norm_rope_fake(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight, cos,
                        sin, text_len, eps=1e-6, norm_mode="diffusers", pairing="interleaved",
                        layout="bshd", out_dtype=None):
-    check_cpu("qk_norm_rope", q=q, k=k, text_q_weight=text_q_weight,
+    check_tensors("qk_norm_rope", FUSED_WEIGHT_NAMES, q=q, k=k, text_q_weight=text_q_weight,
               text_k_weight=text_k_weight, image_q_weight=image_q_weight,
               image_k_weight=image_k_weight, cos=cos, sin=sin)
     return (torch.empty_like(q, dtype=q.dtype if out_dtype is None else out_dtype),
@@ -123,7 +141,7 @@ def _qk_norm_rope_fake(q, k, text_q_weight, text_k_weight, image_q_weight, image
 def _qk_norm_rope_inplace_fake(q, k, text_q_weight, text_k_weight, image_q_weight,
                                image_k_weight, cos, sin, text_len, eps=1e-6, norm_mode="diffusers",
                                pairing="interleaved", layout="bshd"):
-    check_cpu("qk_norm_rope_", q=q, k=k, text_q_weight=text_q_weight,
+    check_tensors("qk_norm_rope_", FUSED_WEIGHT_NAMES, q=q, k=k, text_q_weight=text_q_weight,
               text_k_weight=text_k_weight, image_q_weight=image_q_weight,
               image_k_weight=image_k_weight, cos=cos, sin=sin)
 
@@ -133,7 +151,7 @@ def _qk_norm_rope_backward_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weig
                                 image_q_weight, image_k_weight, cos, sin, text_len, eps, norm_mode,
                                 pairing, layout, compute_dw):
     weights = (text_q_weight, text_k_weight, image_q_weight, image_k_weight)
-    check_cpu("qk_norm_rope_backward", q=q, k=k, dq_out=dq_out, dk_out=dk_out,
+    check_tensors("qk_norm_rope_backward", FUSED_WEIGHT_NAMES, q=q, k=k, dq_out=dq_out, dk_out=dk_out,
               text_q_weight=text_q_weight, text_k_weight=text_k_weight,
               image_q_weight=image_q_weight, image_k_weight=image_k_weight, cos=cos, sin=sin)
     dws = tuple(torch.empty_like(w) if wanted else _no_gradient(q)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import check_constant_tables, check_cpu, ops
+from ._ops import FUSED_WEIGHT_NAMES, check_constant_tables, check_tensors, ops
 
 __all__ = [
     "qk_rmsnorm",
@@ -36,7 +36,7 @@ def qk_rmsnorm(
     ``y = out(w_dtype(x * rstd) * w)``, diffusers' RMSNorm. ``out_dtype`` defaults to
     x's dtype. Differentiable in x and weight.
     """
-    check_cpu("qk_rmsnorm", x=x, weight=weight)
+    check_tensors("qk_rmsnorm", ("weight",), x=x, weight=weight)
     return ops.qk_rmsnorm(x, weight, eps, mode, out_dtype)
 
 
@@ -52,7 +52,7 @@ def multi_axis_rope(
     ``[B, H, S, D]``); row s of the tables rotates sequence position s. ``pairing``:
     "interleaved" pairs ``(x[2i], x[2i+1])`` (diffusers), "half" pairs ``(x[i],
     x[i + D/2])`` (the seed). Differentiable in x."""
-    check_cpu("multi_axis_rope", x=x, cos=cos, sin=sin)
+    check_tensors("multi_axis_rope", x=x, cos=cos, sin=sin)
     return ops.multi_axis_rope(x, cos, sin, pairing, layout)
 
 
@@ -85,7 +85,7 @@ def multi_axis_rope_(
     """``multi_axis_rope`` written into ``x`` itself (no new tensor); returns x. Under
     autograd the rotation is recorded as an in-place op of x, like torch's own
     in-place ops (a leaf that requires grad cannot be rotated in place)."""
-    check_cpu("multi_axis_rope_", x=x, cos=cos, sin=sin)
+    check_tensors("multi_axis_rope_", x=x, cos=cos, sin=sin)
     if torch.is_grad_enabled() and x.requires_grad:
         check_constant_tables("multi_axis_rope_", cos, sin)
         return _RopeInPlace.apply(x, cos, sin, pairing, layout)
@@ -114,9 +114,9 @@ def qk_norm_rope(
     ``text_len`` are text (normalised with the text weights), the rest image. q and k
     share B, S and D (head counts may differ). Bytes equal to the unfused ops with the
     intermediate in the output dtype. Differentiable in q, k and the four weights."""
-    check_cpu("qk_norm_rope", q=q, k=k, cos=cos, sin=sin, text_q_weight=text_q_weight,
-              text_k_weight=text_k_weight, image_q_weight=image_q_weight,
-              image_k_weight=image_k_weight)
+    check_tensors("qk_norm_rope", FUSED_WEIGHT_NAMES, q=q, k=k, cos=cos, sin=sin, text_q_weight=text_q_weight,
+                  text_k_weight=text_k_weight, image_q_weight=image_q_weight,
+                  image_k_weight=image_k_weight)
     return ops.qk_norm_rope(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight,
                             cos, sin, text_len, eps, mode, pairing, layout, out_dtype)
 
@@ -140,9 +140,9 @@ def qk_norm_rope_(
     """``qk_norm_rope`` written into q and k themselves; returns (q, k). For inference:
     the backward needs the inputs this overwrites, so it refuses tensors that require
     grad (use ``qk_norm_rope``)."""
-    check_cpu("qk_norm_rope_", q=q, k=k, cos=cos, sin=sin, text_q_weight=text_q_weight,
-              text_k_weight=text_k_weight, image_q_weight=image_q_weight,
-              image_k_weight=image_k_weight)
+    check_tensors("qk_norm_rope_", FUSED_WEIGHT_NAMES, q=q, k=k, cos=cos, sin=sin, text_q_weight=text_q_weight,
+                  text_k_weight=text_k_weight, image_q_weight=image_q_weight,
+                  image_k_weight=image_k_weight)
     weights = (text_q_weight, text_k_weight, image_q_weight, image_k_weight)
     if torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, *weights)

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ._ops import ops
 from .functional import multi_axis_rope, qk_rmsnorm
-from .positions import rope_tables
+from .positions import POSITION_AXES, rope_tables
 
 __all__ = ["QkRmsNorm", "MultiAxisRope"]
 
@@ -29,6 +30,8 @@ class QkRmsNorm(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        # Refused here rather than at the first call, by the library's own rules.
+        ops.check_options(dim, eps, mode, None, None)
         self.dim, self.eps, self.mode = dim, eps, mode
         self.weight = (
             nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
@@ -56,7 +59,17 @@ class MultiAxisRope(nn.Module):
         layout: str = "bshd",
     ) -> None:
         super().__init__()
-        self.axes_dim, self.theta = tuple(axes_dim), theta
+        # Refused here rather than at the first call: one axis per column of the positions
+        # kernel_align builds, then the library's own rules (the axes and theta by building
+        # the tables of one token, which traces nothing).
+        axes_dim = tuple(axes_dim)
+        if len(axes_dim) != POSITION_AXES:
+            raise ValueError(
+                "kernel_align.MultiAxisRope: argument 'axes_dim': expected 3 dims, one per "
+                f"position axis (frame, height, width), found {axes_dim!r}")
+        rope_tables(torch.zeros(1, POSITION_AXES, dtype=torch.int32), axes_dim, theta)
+        ops.check_options(None, None, None, pairing, layout)
+        self.axes_dim, self.theta = axes_dim, theta
         self.pairing, self.layout = pairing, layout
 
     def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

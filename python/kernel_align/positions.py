@@ -10,7 +10,10 @@ import torch
 
 from ._ops import ops
 
-__all__ = ["qwen_image_positions", "qwen_image_rope_positions", "rope_tables"]
+__all__ = ["qwen_image_positions", "qwen_image_rope_positions", "rope_tables", "POSITION_AXES"]
+
+# Columns of the positions built here: (frame, height, width) (kPositionAxes, positions.hpp).
+POSITION_AXES = 3
 
 
 def qwen_image_positions(text_len: int, h: int, w: int) -> torch.Tensor:

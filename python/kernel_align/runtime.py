@@ -26,7 +26,12 @@ def get_backend() -> str | None:
 
 def set_backend(name: str | None) -> None:
     """Make ``name`` the first choice of every later call (None: the registry's own
-    order). An unknown name is a ValueError listing the valid ones."""
+    order). An unknown name, the empty one included, is a ValueError listing the valid
+    ones."""
+    if name == "":
+        raise ValueError("kernel_align.set_backend: argument 'name': expected a backend name, "
+                         f"one of {', '.join(backends())} (None restores the registry's "
+                         "order), found ''")
     ops.set_backend("" if name is None else name)
 
 

@@ -71,17 +71,68 @@ def test_mismatched_sequence_length(rope_inputs):
 
 def test_dtype_errors(rope_inputs):
     x, cos, sin = rope_inputs
-    with pytest.raises(TypeError, match=r"qk_rmsnorm: argument 'x': expected dtype float32, "
-                                        r"bfloat16 or float16, found Double"):
+    with pytest.raises(TypeError, match=r"qk_rmsnorm: argument 'x': expected dtype "
+                                        r"torch.float32, torch.bfloat16 or torch.float16, found "
+                                        r"torch.float64"):
         ka.qk_rmsnorm(x.double())
-    with pytest.raises(TypeError, match=r"argument 'out_dtype': expected dtype float32"):
+    with pytest.raises(TypeError, match=r"argument 'out_dtype': expected dtype torch.float32.*"
+                                        r"found torch.int32"):
         ka.qk_rmsnorm(x, out_dtype=torch.int32)
     with pytest.raises(ValueError, match=r"argument 'cos': expected fp32 \[6, 64\] .*found "
                                          r"bf16 \[6, 64\]"):
         ka.multi_axis_rope(x, cos.bfloat16(), sin)
     with pytest.raises(TypeError, match=r"rope_tables: argument 'positions': expected dtype "
-                                        r"int32"):
+                                        r"torch.int32, found torch.float32"):
         ka.rope_tables(torch.zeros(4, 3))
+
+
+def test_non_tensors_are_type_errors(rope_inputs):
+    """Lists, numpy arrays, None, sparse and nested tensors: TypeError naming the argument
+    (the dispatcher raised AttributeError, RuntimeError or NotImplementedError)."""
+    import numpy as np
+
+    x, cos, sin = rope_inputs
+    cases = [
+        ("x", "builtins.list", lambda: ka.qk_rmsnorm(x.tolist())),
+        ("x", "numpy.ndarray", lambda: ka.qk_rmsnorm(x.numpy())),
+        ("cos", "builtins.NoneType", lambda: ka.multi_axis_rope(x, None, sin)),
+        ("weight", "layout torch.sparse_coo", lambda: ka.qk_rmsnorm(x, torch.ones(128).to_sparse())),
+        ("k", "a nested tensor",
+         lambda: ka.qk_norm_rope(x, torch.nested.nested_tensor([x[0], x[1]], layout=torch.jagged), cos, sin)),
+        ("sin", "numpy.ndarray", lambda: ka.multi_axis_rope_(x, cos, sin.numpy())),
+    ]
+    for argument, found, call in cases:
+        with pytest.raises(TypeError, match=rf"argument '{argument}': expected a .*found {found}"):
+            call()
+
+
+def test_fp32_options_follow_the_library_rule(rope_inputs):
+    """eps = 1e-50 is 0 in fp32 (a zero row would be NaN): refused, as on the command line."""
+    x, cos, sin = rope_inputs
+    with pytest.raises(ValueError, match=r"argument 'eps': .*underflows fp32 to 0"):
+        ka.qk_rmsnorm(x, eps=1e-50)
+    with pytest.raises(ValueError, match=r"argument 'eps': .*overflows fp32 to infinity"):
+        ka.qk_norm_rope(x, x, cos, sin, eps=3.5e38)
+    with pytest.raises(ValueError, match=r"argument 'theta': .*underflows fp32 to 0"):
+        ka.rope_tables(torch.zeros(2, 3, dtype=torch.int32), theta=1e-300)
+
+
+def test_modules_refuse_bad_options_when_built():
+    with pytest.raises(ValueError, match=r"argument 'dim': expected an even head dim from 2 to "
+                                         r"4096, found 0"):
+        ka.QkRmsNorm(0)
+    with pytest.raises(ValueError, match=r"argument 'mode': expected one of single, diffusers"):
+        ka.QkRmsNorm(128, mode="fast")
+    with pytest.raises(ValueError, match=r"argument 'eps': .*underflows"):
+        ka.QkRmsNorm(128, eps=1e-50)
+    with pytest.raises(ValueError, match=r"argument 'axes_dim': expected 3 dims"):
+        ka.MultiAxisRope(axes_dim=(16, 56))
+    with pytest.raises(ValueError, match=r"axes_dim\[1\]': expected even"):
+        ka.MultiAxisRope(axes_dim=(16, 55, 57))
+    with pytest.raises(ValueError, match=r"argument 'pairing'"):
+        ka.MultiAxisRope(pairing="neox")
+    ka.QkRmsNorm(128, mode="diffusers")
+    ka.MultiAxisRope(layout="bhsd")
 
 
 def test_non_cpu_tensors_name_the_device_and_backends(rope_inputs):
@@ -145,8 +196,25 @@ def test_runtime_settings():
         ka.set_backend("gpu")
     for name in ka.backends():
         assert name in str(pytest.raises(ValueError, ka.set_backend, "gpu").value)
-    with pytest.raises(ValueError, match=r"set_num_threads: argument 'n'"):
+    with pytest.raises(ValueError, match=r"set_num_threads: argument 'threads': expected a "
+                                         r"thread count from 1 to 4096, found 0"):
         ka.set_num_threads(0)
+    with pytest.raises(ValueError, match=r"thread count from 1 to 4096, found 2147483648"):
+        ka.set_num_threads(2**31)
+    with pytest.raises(ValueError, match=r"set_backend: argument 'name': .*found ''"):
+        ka.set_backend("")
+
+
+def test_in_place_weight_overlapping_q_is_refused(rope_inputs):
+    """A weight that is a slice of q, in the in-place fused op: refused by the C++
+    validation (it once wrote 1,024 of 2,048 k values wrong)."""
+    x, cos, sin = rope_inputs
+    q, k = x.clone(), x.clone()
+    before = k.clone()
+    with pytest.raises(ValueError, match=r"argument 'q_out': expected memory apart from "
+                                         r"'weights.image_k'"):
+        ka.qk_norm_rope_(q, k, cos, sin, text_len=2, image_k_weight=q[0, 0, 0])
+    assert torch.equal(k, before)
 
 
 def test_positions_errors():
