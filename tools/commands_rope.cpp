@@ -19,7 +19,7 @@ struct Direction {
   const char* in_name;
   const char* out_name;
   void (*op)(const ConstTensorView&, const ConstTensorView&, const ConstTensorView&,
-             const TensorView&, const RopeOptions&);
+             const TensorView&, const RopeOptions&, const ExecutionContext&);
 };
 
 constexpr Direction kForward{"--x", "--out", "x", "y", multi_axis_rope_forward};
@@ -84,7 +84,7 @@ void run_rope(const Args& args, const Direction& dir) {
                 {"sin", "--sin"}},
                [&] {
                  dir.op(const_view(input), const_view(tables.cos), const_view(tables.sin),
-                        mutable_view(out), options);
+                        mutable_view(out), options, {});
                });
   write_outputs({{dir.out_flag, out_path, encode_npy(out)}});
 }

@@ -1,6 +1,11 @@
 // The operators. Every function validates its arguments first and throws
 // kernel_align::Error naming the bad one; nothing is written when it throws.
-// Results follow docs/contract.md bit for bit.
+// Results follow docs/contract.md bit for bit, on every device.
+//
+// Every tensor of a call lives on one device (TensorView::device; an Error names two
+// that differ), which picks the registry's platform and so the backends. `context`
+// says where the work is queued (device.hpp): CPU calls are synchronous; CUDA calls
+// queue their kernels on context.cuda_stream and return.
 #pragma once
 
 #include <cstdint>
@@ -26,14 +31,16 @@ struct RmsNormOptions {
 // output dtype). y may be x itself (same data, strides and dtype); any other
 // overlap of y with an input is rejected.
 void qk_rmsnorm_forward(const ConstTensorView& x, const std::optional<ConstTensorView>& weight,
-                        const TensorView& y, const RmsNormOptions& options = {});
+                        const TensorView& y, const RmsNormOptions& options = {},
+                        const ExecutionContext& context = {});
 
 // dx (shape of x) and, when a weight is given and dw is asked for, dw ([D]) from
 // the upstream gradient dy (shape of x). The mode only affects dw, which sums
 // dy * (the normalised value the forward multiplied by the weight).
 void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
                          const std::optional<ConstTensorView>& weight, const TensorView& dx,
-                         const std::optional<TensorView>& dw, const RmsNormOptions& options = {});
+                         const std::optional<TensorView>& dw, const RmsNormOptions& options = {},
+                         const ExecutionContext& context = {});
 
 enum class Pairing : unsigned char {
   Half,         // (x[i], x[i + D/2]): rotate-half, the seed
@@ -54,12 +61,12 @@ struct RopeOptions {
 // selects the table row. cos, sin: fp32 [S, D/2], column i for pair i. y may be x.
 void multi_axis_rope_forward(const ConstTensorView& x, const ConstTensorView& cos,
                              const ConstTensorView& sin, const TensorView& y,
-                             const RopeOptions& options);
+                             const RopeOptions& options, const ExecutionContext& context = {});
 
 // dx = transpose rotation of dy.
 void multi_axis_rope_backward(const ConstTensorView& dy, const ConstTensorView& cos,
                               const ConstTensorView& sin, const TensorView& dx,
-                              const RopeOptions& options);
+                              const RopeOptions& options, const ExecutionContext& context = {});
 
 // The four learned norm weights of a diffusers Qwen-Image block: one pair for the
 // text tokens (sequence positions < text_len) and one for the image tokens. An
@@ -87,7 +94,8 @@ struct QkNormRopeOptions {
 void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
                           const QkNormWeights& weights, const ConstTensorView& cos,
                           const ConstTensorView& sin, const TensorView& q_out,
-                          const TensorView& k_out, const QkNormRopeOptions& options);
+                          const TensorView& k_out, const QkNormRopeOptions& options,
+                          const ExecutionContext& context = {});
 
 // Gradients of qk_norm_rope_forward: bytes equal to multi_axis_rope_backward of dq_out
 // into a tensor of dq_out's dtype, then qk_rmsnorm_backward over the text and image
@@ -96,7 +104,8 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
                            const ConstTensorView& dq_out, const ConstTensorView& dk_out,
                            const QkNormWeights& weights, const ConstTensorView& cos,
                            const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
-                           const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options);
+                           const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options,
+                           const ExecutionContext& context = {});
 
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`

@@ -9,7 +9,7 @@
 //
 // Settings start from the environment (read once, at first use; a bad value is an
 // Error then): KERNEL_ALIGN_BACKEND=<name>, KERNEL_ALIGN_STRICT=0|1,
-// KERNEL_ALIGN_TRACE=<path.jsonl> (docs/trace.md).
+// KERNEL_ALIGN_HOST_FALLBACK=0|1, KERNEL_ALIGN_TRACE=<path.jsonl> (docs/trace.md).
 #pragma once
 
 #include <cstdint>
@@ -17,13 +17,13 @@
 #include <string_view>
 #include <vector>
 
+#include "kernel_align/device.hpp"
+
 namespace kernel_align {
 
-enum class Platform : unsigned char { Cpu, Cuda, Rocm, Musa, Npu };
 enum class OpType : unsigned char { QkRmsNorm, MultiAxisRope, QkNormRope };
 enum class Direction : unsigned char { Forward, Backward };
 
-const char* platform_name(Platform p);
 const char* op_type_name(OpType op);
 const char* direction_name(Direction d);
 
@@ -37,6 +37,14 @@ std::vector<std::string> backend_names();
 // Strict mode: a call its first-choice backend cannot run fails with the reason.
 void set_strict(bool on);
 bool strict();
+
+// Host fallback for device tensors: a call that no backend of its device can run may then
+// run on the CPU reference through host copies of its tensors (the backend "cuda-host"),
+// counted, warned about and traced like every fallback. Off by default, so that device
+// tensors never silently run on the host: such a call is then an Error with every
+// backend's reason. KERNEL_ALIGN_HOST_FALLBACK=0|1 sets it at first use.
+void set_host_fallback(bool on);
+bool host_fallback();
 
 // Calls that ran on a backend other than their first choice, since the start.
 std::uint64_t fallback_count();

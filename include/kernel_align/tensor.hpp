@@ -1,5 +1,5 @@
-// A non-owning strided view of up to 4 dimensions. Strides count elements, not
-// bytes, and may be any non-negative value: views of permuted or sliced tensors
+// A non-owning strided view of up to 4 dimensions on one device. Strides count elements,
+// not bytes, and may be any non-negative value: views of permuted or sliced tensors
 // work without copies.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernel_align/device.hpp"
 #include "kernel_align/dtype.hpp"
 
 namespace kernel_align {
@@ -22,6 +23,7 @@ struct BasicTensorView {
   int rank = 0;
   std::array<std::int64_t, kMaxRank> shape{};
   std::array<std::int64_t, kMaxRank> strides{};
+  Device device{};  // where `data` points: host memory, or a CUDA device's
 
   std::int64_t numel() const {
     std::int64_t n = 1;
@@ -33,10 +35,11 @@ struct BasicTensorView {
 
   // A row-major contiguous view.
   static BasicTensorView contiguous(Pointer data, DType dtype,
-                                    std::initializer_list<std::int64_t> shape) {
+                                    std::initializer_list<std::int64_t> shape, Device device = {}) {
     BasicTensorView v;
     v.data = data;
     v.dtype = dtype;
+    v.device = device;
     v.rank = static_cast<int>(shape.size());
     int i = 0;
     for (std::int64_t s : shape) v.shape[i++] = s;
@@ -55,7 +58,8 @@ struct BasicTensorView {
         dtype(other.dtype),
         rank(other.rank),
         shape(other.shape),
-        strides(other.strides) {}
+        strides(other.strides),
+        device(other.device) {}
   BasicTensorView() = default;
 };
 
@@ -74,7 +78,8 @@ BasicTensorView<Pointer> narrow(BasicTensorView<Pointer> v, int dim, std::int64_
   return v;
 }
 
-// "[1, 7145, 24, 128] bf16 strides [21949440, 3072, 128, 1]", for messages.
+// "[1, 7145, 24, 128] bf16 strides [21949440, 3072, 128, 1]" (with " on cuda:0" for a
+// view of device memory), for messages.
 std::string describe(const ConstTensorView& v);
 std::string shape_string(const ConstTensorView& v);
 

@@ -24,9 +24,26 @@ using trace::CallDescription;
 using trace::TensorArg;
 using trace::TensorArgs;
 
-// The registry's view of a call.
-registry::Call call_of(const CallDescription& d, int head_dim) {
+// The one device every tensor of the call lives on; an Error names two that differ.
+Device device_of(const CallDescription& d) {
+  const TensorArg* first = nullptr;
+  for (const TensorArg& t : d.tensors) {
+    if (first == nullptr) {
+      first = &t;
+    } else if (t.view.device != first->view.device) {
+      throw Error(t.name,
+                  "a tensor on " + device_name(first->view.device) + ", where '" + first->name +
+                      "' is (every tensor of a call on one device)",
+                  "one on " + device_name(t.view.device));
+    }
+  }
+  return first == nullptr ? Device::cpu() : first->view.device;
+}
+
+// The registry's view of a call on `device`.
+registry::Call call_of(const CallDescription& d, Device device, int head_dim) {
   registry::Call call;
+  call.platform = device.platform;
   call.op = d.op;
   call.direction = d.direction;
   call.d = head_dim;
@@ -51,14 +68,17 @@ registry::Call call_of(const CallDescription& d, int head_dim) {
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
-// Chooses the backend, runs its `entry` on the problem (then `after`, still inside the
-// contract's floating-point environment), traces the call and reports it (last_call),
-// timed from `entered`, when the public function was entered.
-template <class Problem, class Entry, class After>
+// Chooses the backend of the tensors' device, runs its `entry` on the problem (inside
+// the contract's floating-point environment), traces the call and reports it
+// (last_call), timed from `entered`, when the public function was entered.
+template <class Problem, class Entry>
 void run(Clock::time_point entered, const CallDescription& description, int head_dim,
-         const Problem& problem, Entry BackendOps::*entry, const After& after) {
-  const registry::Choice choice = registry::choose(call_of(description, head_dim));
+         const Problem& problem, Entry BackendOps::*entry, const ExecutionContext& context) {
+  const Device device = device_of(description);
+  const registry::Choice choice = registry::choose(call_of(description, device, head_dim));
   registry::Execution exec;
+  exec.device = device;
+  exec.context = context;
   trace::FloatState float_state;
   Seconds backend_time{};
   {
@@ -66,18 +86,11 @@ void run(Clock::time_point entered, const CallDescription& description, int head
     float_state = trace::read_float_state();
     const auto start = Clock::now();
     (choice.backend->ops.*entry)(problem, exec);
-    after();
     backend_time = Clock::now() - start;
   }
   if (trace::enabled()) trace::write(description, choice, exec, float_state);
   registry::set_last_call({choice.requested->name, choice.backend->name, exec.isa, choice.fallback,
                            backend_time.count(), Seconds(Clock::now() - entered).count()});
-}
-
-template <class Problem, class Entry>
-void run(Clock::time_point entered, const CallDescription& description, int head_dim,
-         const Problem& problem, Entry BackendOps::*entry) {
-  run(entered, description, head_dim, problem, entry, [] {});
 }
 
 CallDescription describe(OpType op, Direction direction, DType output_dtype) {
@@ -124,19 +137,21 @@ void add_weights(TensorArgs& tensors, const QkNormWeights& w) {
 }  // namespace
 
 void qk_rmsnorm_forward(const ConstTensorView& x, const std::optional<ConstTensorView>& weight,
-                        const TensorView& y, const RmsNormOptions& options) {
+                        const TensorView& y, const RmsNormOptions& options,
+                        const ExecutionContext& context) {
   const auto entered = Clock::now();
   const auto problem = detail::make_rmsnorm_forward(x, weight, y, options);
   CallDescription d = describe_rmsnorm(Direction::Forward, y.dtype, options);
   d.tensors.add("x", x, false);
   d.tensors.add("weight", weight, false);
   d.tensors.add("y", y, true);
-  run(entered, d, problem.d, problem, &BackendOps::rmsnorm_forward);
+  run(entered, d, problem.d, problem, &BackendOps::rmsnorm_forward, context);
 }
 
 void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
                          const std::optional<ConstTensorView>& weight, const TensorView& dx,
-                         const std::optional<TensorView>& dw, const RmsNormOptions& options) {
+                         const std::optional<TensorView>& dw, const RmsNormOptions& options,
+                         const ExecutionContext& context) {
   const auto entered = Clock::now();
   const auto problem = detail::make_rmsnorm_backward(x, dy, weight, dx, dw, options);
   CallDescription d = describe_rmsnorm(Direction::Backward, dx.dtype, options);
@@ -146,12 +161,12 @@ void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
   d.tensors.add("dx", dx, true);
   d.tensors.add("dw", problem.dw, true);
   d.computes_dw = problem.dw.has_value();
-  run(entered, d, problem.d, problem, &BackendOps::rmsnorm_backward);
+  run(entered, d, problem.d, problem, &BackendOps::rmsnorm_backward, context);
 }
 
 void multi_axis_rope_forward(const ConstTensorView& x, const ConstTensorView& cos,
                              const ConstTensorView& sin, const TensorView& y,
-                             const RopeOptions& options) {
+                             const RopeOptions& options, const ExecutionContext& context) {
   const auto entered = Clock::now();
   const auto problem = detail::make_rope(x, cos, sin, y, options, false, "x", "y");
   CallDescription d = describe_rope(Direction::Forward, y.dtype, options);
@@ -159,12 +174,12 @@ void multi_axis_rope_forward(const ConstTensorView& x, const ConstTensorView& co
   d.tensors.add("cos", cos, false);
   d.tensors.add("sin", sin, false);
   d.tensors.add("y", y, true);
-  run(entered, d, problem.d, problem, &BackendOps::rope);
+  run(entered, d, problem.d, problem, &BackendOps::rope, context);
 }
 
 void multi_axis_rope_backward(const ConstTensorView& dy, const ConstTensorView& cos,
                               const ConstTensorView& sin, const TensorView& dx,
-                              const RopeOptions& options) {
+                              const RopeOptions& options, const ExecutionContext& context) {
   const auto entered = Clock::now();
   const auto problem = detail::make_rope(dy, cos, sin, dx, options, true, "dy", "dx");
   CallDescription d = describe_rope(Direction::Backward, dx.dtype, options);
@@ -172,13 +187,14 @@ void multi_axis_rope_backward(const ConstTensorView& dy, const ConstTensorView& 
   d.tensors.add("cos", cos, false);
   d.tensors.add("sin", sin, false);
   d.tensors.add("dx", dx, true);
-  run(entered, d, problem.d, problem, &BackendOps::rope);
+  run(entered, d, problem.d, problem, &BackendOps::rope, context);
 }
 
 void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
                           const QkNormWeights& weights, const ConstTensorView& cos,
                           const ConstTensorView& sin, const TensorView& q_out,
-                          const TensorView& k_out, const QkNormRopeOptions& options) {
+                          const TensorView& k_out, const QkNormRopeOptions& options,
+                          const ExecutionContext& context) {
   const auto entered = Clock::now();
   const auto problem =
       detail::make_qk_norm_rope_forward(q, k, weights, cos, sin, q_out, k_out, options);
@@ -190,15 +206,16 @@ void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
   d.tensors.add("sin", sin, false);
   d.tensors.add("q_out", q_out, true);
   d.tensors.add("k_out", k_out, true);
-  run(entered, d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_forward);
+  run(entered, d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_forward,
+      context);
 }
 
 void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
                            const ConstTensorView& dq_out, const ConstTensorView& dk_out,
                            const QkNormWeights& weights, const ConstTensorView& cos,
                            const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
-                           const QkNormWeightGrads& weight_grads,
-                           const QkNormRopeOptions& options) {
+                           const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options,
+                           const ExecutionContext& context) {
   const auto entered = Clock::now();
   const auto problem = detail::make_qk_norm_rope_backward(q, k, dq_out, dk_out, weights, cos, sin,
                                                           dq, dk, weight_grads, options);
@@ -218,16 +235,8 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
   d.tensors.add("dw_image_k", weight_grads.image_k, true);
   d.computes_dw =
       weight_grads.text_q || weight_grads.text_k || weight_grads.image_q || weight_grads.image_k;
-  // Weight gradients of streams with no rows are +0 (no backend sees those streams).
-  const auto zero_empty_stream_grads = [&] {
-    for (const TensorView& dw : problem.empty_stream_grads) {
-      for (std::int64_t i = 0; i < dw.shape[0]; ++i) {
-        contract::store_output(dw.dtype, dw.data, i * dw.strides[0], 0.0f);
-      }
-    }
-  };
   run(entered, d, static_cast<int>(q.shape[3]), problem, &BackendOps::qk_norm_rope_backward,
-      zero_empty_stream_grads);
+      context);
 }
 
 float fp32_option(const std::string& argument, double value) {

@@ -8,24 +8,40 @@
 #include <optional>
 #include <vector>
 
+#include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
 
 namespace kernel_align::detail {
 
 // The rows of a view whose last dim is the row: row r is the r-th combination
-// of the leading indices in row-major order, independent of the strides.
+// of the leading indices in row-major order, independent of the strides. Trivially
+// copyable and KA_HD: device kernels take it by value.
 class RowIndexer {
  public:
-  explicit RowIndexer(const ConstTensorView& v);
-  std::int64_t rows() const { return rows_; }
+  RowIndexer() = default;
+  explicit RowIndexer(const ConstTensorView& v) : leading_(v.rank - 1) {
+    for (int i = 0; i < leading_; ++i) {
+      shape_[i] = v.shape[i];
+      strides_[i] = v.strides[i];
+      rows_ *= v.shape[i];
+    }
+  }
+  KA_HD std::int64_t rows() const { return rows_; }
   // Element offset of row r's first element.
-  std::int64_t offset(std::int64_t r) const;
+  KA_HD std::int64_t offset(std::int64_t r) const {
+    std::int64_t off = 0;
+    for (int i = leading_ - 1; i >= 0; --i) {
+      off += (r % shape_[i]) * strides_[i];
+      r /= shape_[i];
+    }
+    return off;
+  }
 
  private:
   int leading_ = 0;
   std::int64_t rows_ = 1;
-  std::array<std::int64_t, kMaxRank - 1> shape_{};
-  std::array<std::int64_t, kMaxRank - 1> strides_{};
+  std::int64_t shape_[kMaxRank - 1]{};  // C arrays: usable in device code
+  std::int64_t strides_[kMaxRank - 1]{};
 };
 
 // The number of rows of a validated view (its elements over the last dim's length).
@@ -120,8 +136,19 @@ struct QkNormRopeForwardProblem {
 };
 struct QkNormRopeBackwardProblem {
   std::vector<NormRopeBackwardProblem> streams;
-  std::vector<TensorView> empty_stream_grads;  // weight gradients of streams with no rows: +0
+  // Weight gradients of streams with no rows: every backend stores +0 into them.
+  std::vector<TensorView> empty_stream_grads;
 };
+
+// Stores +0 into the empty streams' weight gradients, for backends whose outputs are in
+// host memory.
+inline void zero_empty_stream_grads_on_host(const QkNormRopeBackwardProblem& p) {
+  for (const TensorView& dw : p.empty_stream_grads) {
+    for (std::int64_t i = 0; i < dw.shape[0]; ++i) {
+      contract::store_output(dw.dtype, dw.data, i * dw.strides[0], 0.0f);
+    }
+  }
+}
 
 RmsNormForwardProblem make_rmsnorm_forward(const ConstTensorView& x,
                                            const std::optional<ConstTensorView>& weight,
@@ -157,8 +184,8 @@ View sequence_slice(const View& v, Layout layout, std::int64_t begin, std::int64
 
 // Rows of a 4-D view in its own dim order: (b, s, h) for BSHD, (b, h, s) for BHSD.
 // Row r's local sequence index.
-inline std::int64_t row_sequence_index(std::int64_t r, std::int64_t dim1, std::int64_t dim2,
-                                       Layout layout) {
+KA_HD inline std::int64_t row_sequence_index(std::int64_t r, std::int64_t dim1, std::int64_t dim2,
+                                             Layout layout) {
   return layout == Layout::BSHD ? (r / dim2) % dim1 : r % dim2;
 }
 

@@ -173,23 +173,6 @@ SequenceTensor sequence_strides(const ConstTensorView& v, Layout layout) {
   return {v.strides[0], v.strides[bshd ? 1 : 2], v.strides[bshd ? 2 : 1], v.strides[3]};
 }
 
-RowIndexer::RowIndexer(const ConstTensorView& v) : leading_(v.rank - 1) {
-  for (int i = 0; i < leading_; ++i) {
-    shape_[i] = v.shape[i];
-    strides_[i] = v.strides[i];
-    rows_ *= v.shape[i];
-  }
-}
-
-std::int64_t RowIndexer::offset(std::int64_t r) const {
-  std::int64_t off = 0;
-  for (int i = leading_ - 1; i >= 0; --i) {
-    off += (r % shape_[i]) * strides_[i];
-    r /= shape_[i];
-  }
-  return off;
-}
-
 RmsNormForwardProblem make_rmsnorm_forward(const ConstTensorView& x,
                                            const std::optional<ConstTensorView>& weight,
                                            const TensorView& y, const RmsNormOptions& options) {

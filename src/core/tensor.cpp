@@ -21,7 +21,31 @@ std::string shape_string(const ConstTensorView& v) {
 }
 
 std::string describe(const ConstTensorView& v) {
-  return join(v.shape, v.rank) + " " + dtype_name(v.dtype) + " strides " + join(v.strides, v.rank);
+  std::string text =
+      join(v.shape, v.rank) + " " + dtype_name(v.dtype) + " strides " + join(v.strides, v.rank);
+  if (v.device != Device::cpu()) text += " on " + device_name(v.device);
+  return text;
+}
+
+const char* platform_name(Platform p) {
+  switch (p) {
+    case Platform::Cpu:
+      return "cpu";
+    case Platform::Cuda:
+      return "cuda";
+    case Platform::Rocm:
+      return "rocm";
+    case Platform::Musa:
+      return "musa";
+    case Platform::Npu:
+      return "npu";
+  }
+  return "?";
+}
+
+std::string device_name(Device d) {
+  if (d.platform == Platform::Cpu) return "cpu";
+  return std::string(platform_name(d.platform)) + ":" + std::to_string(d.ordinal);
 }
 
 }  // namespace kernel_align

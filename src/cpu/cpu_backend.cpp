@@ -119,6 +119,7 @@ void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry:
                [&](RowRange r) { k.norm_rope_backward(s, r, nullptr); });
     }
   }
+  detail::zero_empty_stream_grads_on_host(p);
 }
 
 }  // namespace kernel_align::cpu

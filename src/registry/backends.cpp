@@ -60,6 +60,7 @@ BackendOps reference_ops() {
       exec.partition.push_back({{0, detail::row_count(stream.x)}});
       reference::norm_rope_backward(stream);
     }
+    detail::zero_empty_stream_grads_on_host(p);
   };
   return ops;
 }

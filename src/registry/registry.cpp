@@ -24,6 +24,7 @@ struct State {
   std::list<Backend> backends;  // a list: entries never move while registered
   std::string override_name;
   std::atomic<bool> strict{false};
+  std::atomic<bool> host_fallback{false};
   std::atomic<std::uint64_t> fallbacks{0};
   std::set<std::string> warned;  // "op direction: reason" already logged
 };
@@ -64,10 +65,13 @@ State& state() {
       check_known_locked(s, "KERNEL_ALIGN_BACKEND", name);
       s.override_name = name;
     }
-    if (const std::string flag = env("KERNEL_ALIGN_STRICT"); !flag.empty()) {
-      if (flag != "0" && flag != "1")
-        throw Error("KERNEL_ALIGN_STRICT", "0 or 1", "'" + flag + "'");
-      s.strict = flag == "1";
+    for (const auto& [name, setting] :
+         {std::pair{"KERNEL_ALIGN_STRICT", &s.strict},
+          std::pair{"KERNEL_ALIGN_HOST_FALLBACK", &s.host_fallback}}) {
+      if (const std::string flag = env(name); !flag.empty()) {
+        if (flag != "0" && flag != "1") throw Error(name, "0 or 1", "'" + flag + "'");
+        *setting = flag == "1";
+      }
     }
     trace::initialize();
   });
@@ -272,22 +276,6 @@ void set_last_call(CallReport report) {
 
 }  // namespace registry
 
-const char* platform_name(Platform p) {
-  switch (p) {
-    case Platform::Cpu:
-      return "cpu";
-    case Platform::Cuda:
-      return "cuda";
-    case Platform::Rocm:
-      return "rocm";
-    case Platform::Musa:
-      return "musa";
-    case Platform::Npu:
-      return "npu";
-  }
-  return "?";
-}
-
 const char* op_type_name(OpType op) {
   switch (op) {
     case OpType::QkRmsNorm:
@@ -330,6 +318,13 @@ void set_strict(bool on) {
 }
 bool strict() {
   return registry::state().strict;
+}
+
+void set_host_fallback(bool on) {
+  registry::state().host_fallback = on;
+}
+bool host_fallback() {
+  return registry::state().host_fallback;
 }
 
 std::uint64_t fallback_count() {

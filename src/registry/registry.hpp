@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,12 +55,28 @@ std::string unsupported_reason(const Capabilities& caps, const Call& call);
 // The capabilities in words, for the backends table.
 std::string describe(const Capabilities& caps);
 
-// How a backend ran a call, for the trace record.
+// One kernel launch of a device backend, for the trace record.
+struct LaunchRecord {
+  std::string kernel;  // e.g. "rmsnorm_forward"
+  std::array<unsigned, 3> grid{1, 1, 1};
+  std::array<unsigned, 3> block{1, 1, 1};
+  int rows_per_block = 0;  // rows a thread block computes (0: not row-based)
+  std::string path;        // "fast" (vector loads, D = 128) or "generic"
+};
+
+// One call as a backend runs it: where (set by the op layer), and how it ran (set by the
+// backend, for the trace record).
 struct Execution {
-  std::string isa;  // instruction-set path, "scalar" for the reference
+  Device device;             // the device every tensor of the call lives on
+  ExecutionContext context;  // where a device backend queues its work
+  std::string isa;  // instruction-set path, "scalar" for the reference, "cuda" for sm_XX code
   int threads = 1;
-  // Row ranges handed to threads, one list per parallel pass.
+  // Row ranges handed to threads, one list per parallel pass (CPU backends).
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> partition;
+  std::vector<LaunchRecord> launches;  // device backends, in launch order
+  // Stream-ordered time of the launches (device events), when measured: only while
+  // tracing, since reading it waits for the stream.
+  std::optional<double> device_milliseconds;
 };
 
 // A backend's entry points; null where it does not implement the op.
@@ -69,6 +86,10 @@ struct BackendOps {
   void (*rope)(const detail::RopeProblem&, Execution&) = nullptr;  // both directions
   void (*qk_norm_rope_forward)(const detail::QkNormRopeForwardProblem&, Execution&) = nullptr;
   void (*qk_norm_rope_backward)(const detail::QkNormRopeBackwardProblem&, Execution&) = nullptr;
+  // digest-v1 of each batch element of an output (trace/digest.hpp's batch_digests),
+  // computed where the tensor lives; null: the tensor is in host memory and the trace
+  // digests it there.
+  std::vector<std::uint64_t> (*batch_digests)(const ConstTensorView&, const Execution&) = nullptr;
 };
 
 struct Backend {

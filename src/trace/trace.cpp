@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -135,6 +136,7 @@ std::string record_body(const CallDescription& call, const registry::Choice& cho
   r += field("op", quoted(op_type_name(call.op)));
   r += field("direction", quoted(direction_name(call.direction)));
   r += field("platform", quoted(platform_name(choice.backend->platform)));
+  r += field("device", quoted(device_name(exec.device)));
   r += field("requested_backend", quoted(choice.requested->name));
   r += field("backend", quoted(choice.backend->name));
   r += field("isa", quoted(exec.isa));
@@ -162,8 +164,11 @@ std::string record_body(const CallDescription& call, const registry::Choice& cho
   r += field("reduction_tree", quoted("tree16-v1"));
   r += field("dw_blocks", call.computes_dw ? std::to_string(contract::kDwBlocks) : "null");
   r += field("fma_contraction", "false");
-  r += field("ftz", fs.known ? (fs.ftz ? "true" : "false") : "null");
-  r += field("daz", fs.known ? (fs.daz ? "true" : "false") : "null");
+  // Device code is built without flush-to-zero (-ftz=false, which the PTX gate checks);
+  // host code runs under the MXCSR the call set, read back here.
+  const bool on_host = exec.device.platform == Platform::Cpu;
+  r += field("ftz", on_host ? (fs.known ? (fs.ftz ? "true" : "false") : "null") : "false");
+  r += field("daz", on_host ? (fs.known ? (fs.daz ? "true" : "false") : "null") : "false");
   r += field("threads", std::to_string(exec.threads));
   r += field("partition", array(exec.partition, [](const auto& pass) {
                return array(pass, [](const std::pair<std::int64_t, std::int64_t>& range) {
@@ -171,11 +176,39 @@ std::string record_body(const CallDescription& call, const registry::Choice& cho
                               [](std::int64_t n) { return std::to_string(n); });
                });
              }));
+  r += field("launches", array(exec.launches, [](const registry::LaunchRecord& l) {
+               const auto three = [](const std::array<unsigned, 3>& v) {
+                 return array(v, [](unsigned n) { return std::to_string(n); });
+               };
+               return "{\"kernel\":" + quoted(l.kernel) + ",\"grid\":" + three(l.grid) +
+                      ",\"block\":" + three(l.block) +
+                      ",\"rows_per_block\":" + std::to_string(l.rows_per_block) +
+                      ",\"path\":" + quoted(l.path) + "}";
+             }));
+  if (exec.device_milliseconds) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.6g", *exec.device_milliseconds);
+    r += field("device_ms", ms);
+  } else {
+    r += field("device_ms", "null");
+  }
+  // Digests are taken where the tensor lives: a device backend digests on the device, so
+  // tracing never copies an output back.
+  const auto digests_of = [&](const ConstTensorView& v) {
+    if (choice.backend->ops.batch_digests != nullptr) {
+      return choice.backend->ops.batch_digests(v, exec);
+    }
+    if (v.device != Device::cpu()) {
+      throw std::logic_error("backend " + choice.backend->name + " gives no digests of " +
+                             device_name(v.device) + " tensors");
+    }
+    return batch_digests(v);
+  };
   std::string digests = "{";
   for (const TensorArg& t : call.tensors) {
     if (!t.output) continue;
     if (digests.size() > 1) digests += ',';
-    digests.append(quoted(t.name)).append(":").append(array(batch_digests(t.view), hex64));
+    digests.append(quoted(t.name)).append(":").append(array(digests_of(t.view), hex64));
   }
   digests += '}';
   r += field("digests", digests);

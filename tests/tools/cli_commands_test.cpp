@@ -276,7 +276,7 @@ TEST_F(RopeCliTest, ForwardAndBackwardMatchTheLibrary) {
               test_view<const void*>(in.data.data(), dtype, shape),
               test_view<const void*>(tables_.cos.data(), DType::F32, {kSeq, 64}),
               test_view<const void*>(tables_.sin.data(), DType::F32, {kSeq, 64}),
-              test_view<void*>(expected.data.data(), dtype, shape), {pairing, layout});
+              test_view<void*>(expected.data.data(), dtype, shape), {pairing, layout}, {});
 
           const std::vector<std::string> common{"apply",
                                                 backward ? "rope-backward" : "rope",

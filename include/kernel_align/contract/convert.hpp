@@ -79,19 +79,22 @@ KA_HD static inline std::uint32_t canonical_nan_bits(DType t) {
   return t == DType::F32 ? 0x7FC00000u : (t == DType::BF16 ? 0x7FC0u : 0x7E00u);
 }
 
+// The bits store_output writes for `v` into a 16-bit type (bf16 or fp16), and the value
+// it writes into fp32: vectorised stores assemble these.
+KA_HD static inline std::uint16_t stored_bits16(DType t, float v) {
+  if (is_nan(v)) return static_cast<std::uint16_t>(canonical_nan_bits(t));
+  return t == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+}
+
+KA_HD static inline float stored_f32(float v) {
+  return is_nan(v) ? float_of(canonical_nan_bits(DType::F32)) : v;
+}
+
 KA_HD static inline void store_output(DType t, void* base, std::int64_t index, float v) {
-  switch (t) {
-    case DType::F32:
-      static_cast<float*>(base)[index] = is_nan(v) ? float_of(canonical_nan_bits(t)) : v;
-      return;
-    case DType::BF16:
-      static_cast<std::uint16_t*>(base)[index] =
-          is_nan(v) ? static_cast<std::uint16_t>(canonical_nan_bits(t)) : f32_to_bf16(v);
-      return;
-    case DType::F16:
-      static_cast<std::uint16_t*>(base)[index] =
-          is_nan(v) ? static_cast<std::uint16_t>(canonical_nan_bits(t)) : f32_to_f16(v);
-      return;
+  if (t == DType::F32) {
+    static_cast<float*>(base)[index] = stored_f32(v);
+  } else {
+    static_cast<std::uint16_t*>(base)[index] = stored_bits16(t, v);
   }
 }
 
