@@ -160,7 +160,7 @@ std::string record_body(const CallDescription& call, const registry::Choice& cho
   r += field("accumulator", quoted("fp32"));
   r += field("output_dtype", quoted(dtype_name(call.output_dtype)));
   r += field("reduction_tree", quoted("tree16-v1"));
-  r += field("dw_blocks", call.computes_dw ? std::to_string(contract::kDwBlocks) : "null");
+  r += field("dw_block_rows", call.computes_dw ? std::to_string(contract::kDwBlockRows) : "null");
   r += field("fma_contraction", "false");
   r += field("ftz", fs.known ? (fs.ftz ? "true" : "false") : "null");
   r += field("daz", fs.known ? (fs.daz ? "true" : "false") : "null");
