@@ -41,31 +41,30 @@ void for_rows(std::int64_t rows, int d, registry::Execution& exec, const Kernel&
   });
 }
 
-// The contract's dw: kDwBlocks block sums over the rows (blocks shared out to the
-// threads), then added in block order. `kernel(range, partial)` adds each row's
-// terms into partial[0..d) in row order. The 64 x d scratch is kept per thread.
-// exec records the blocks' row ranges.
+// The contract's dw: one block sum per contract::kDwBlockRows rows (each block a
+// task of the pool), then the block sums added in block order. `kernel(range,
+// partial)` adds each row's terms into partial[0..d) in row order. The
+// blocks x d scratch is kept per thread. exec records the blocks' row ranges.
 template <class Kernel>
 void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Execution& exec,
                    const Kernel& kernel) {
+  const std::int64_t block_count = contract::dw_block_count(rows);
   thread_local std::vector<float> partials;
-  partials.assign(static_cast<std::size_t>(contract::kDwBlocks) * static_cast<std::size_t>(d),
-                  0.0f);
+  partials.assign(static_cast<std::size_t>(block_count) * static_cast<std::size_t>(d), 0.0f);
   float* const base = partials.data();
-  const int threads = std::min(threads_for(rows, d), contract::kDwBlocks);
+  const int threads = static_cast<int>(std::min<std::int64_t>(threads_for(rows, d), block_count));
   Partition& blocks = exec.partition.emplace_back();
-  for (int b = 0; b < contract::kDwBlocks; ++b) {
-    blocks.emplace_back(contract::dw_block_begin(rows, b), contract::dw_block_begin(rows, b + 1));
+  for (std::int64_t b = 0; b < block_count; ++b) {
+    blocks.emplace_back(contract::dw_block_begin(rows, b), contract::dw_block_end(rows, b));
   }
-  ThreadPool::instance().run(threads, contract::kDwBlocks, [&](std::int64_t block) {
+  ThreadPool::instance().run(threads, block_count, [&](std::int64_t block) {
     const detail::ContractFloatEnvironment env;
-    const auto b = static_cast<int>(block);
-    kernel(RowRange{contract::dw_block_begin(rows, b), contract::dw_block_begin(rows, b + 1)},
-           base + static_cast<std::ptrdiff_t>(block) * d);
+    const auto& [begin, end] = blocks[static_cast<std::size_t>(block)];
+    kernel(RowRange{begin, end}, base + block * d);
   });
   for (int i = 0; i < d; ++i) {
     float total = 0.0f;
-    for (int b = 0; b < contract::kDwBlocks; ++b) total = contract::add(total, base[b * d + i]);
+    for (std::int64_t b = 0; b < block_count; ++b) total = contract::add(total, base[b * d + i]);
     contract::store_output(dw.dtype, dw.data, i * dw.strides[0], total);
   }
 }

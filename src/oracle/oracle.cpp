@@ -20,7 +20,7 @@ constexpr double kFloat32Max = 0x1.FFFFFEp127;
 // partition (docs/contract.md), restated: the oracle does not include the contract.
 constexpr int kTreeLanes = 16;
 constexpr int kTreeLevels = 4;
-constexpr int kDwBlocks = 64;
+constexpr std::int64_t kDwBlockRows = 256;
 // The oracle's own fp64 error on any quantity is below 2^-16 of the contract's
 // bound on it (docs/accuracy.md, "The oracle's own error"); this covers it.
 constexpr double kOracleMargin = 1.0 + 0x1p-12;
@@ -79,10 +79,15 @@ int tree_path(std::int64_t n) {
   return static_cast<int>((n + kTreeLanes - 1) / kTreeLanes) - 1 + kTreeLevels;
 }
 
-// The same for dw: within its block (at most ceil(rows/64) rows, the first
-// exact) and then through the 64 block sums added in order from +0.
+// The same for dw: within its block (at most min(rows, 256) rows, the first
+// exact) and then through the ceil(rows/256) block sums added in order from +0
+// (the first exact). No rows: no addition.
 int dw_path(std::int64_t rows) {
-  return static_cast<int>((rows + kDwBlocks - 1) / kDwBlocks) - 1 + kDwBlocks - 1;
+  if (rows <= 0) {
+    return 0;
+  }
+  const std::int64_t blocks = (rows + kDwBlockRows - 1) / kDwBlockRows;
+  return static_cast<int>(std::min(rows, kDwBlockRows) - 1 + blocks - 1);
 }
 
 // Bound on the error of a sum in `path` rounded additions of terms t^_i with

@@ -66,9 +66,10 @@ void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p) {
   std::vector<float> dw_block(d), dw_total(d, 0.0f);
 
   // Rows in order; dw block sums close at the contract's fixed block boundaries.
-  for (int block = 0; block < contract::kDwBlocks; ++block) {
+  const std::int64_t blocks = contract::dw_block_count(rows);
+  for (std::int64_t block = 0; block < blocks; ++block) {
     std::fill(dw_block.begin(), dw_block.end(), 0.0f);
-    const std::int64_t end = contract::dw_block_begin(rows, block + 1);
+    const std::int64_t end = contract::dw_block_end(rows, block);
     for (std::int64_t r = contract::dw_block_begin(rows, block); r < end; ++r) {
       load_row(p.x, x_rows, r, x);
       load_row(p.dy, dy_rows, r, dy);

@@ -162,7 +162,7 @@ std::string record_body(const CallDescription& call, const registry::Choice& cho
   r += field("accumulator", quoted("fp32"));
   r += field("output_dtype", quoted(dtype_name(call.output_dtype)));
   r += field("reduction_tree", quoted("tree16-v1"));
-  r += field("dw_blocks", call.computes_dw ? std::to_string(contract::kDwBlocks) : "null");
+  r += field("dw_block_rows", call.computes_dw ? std::to_string(contract::kDwBlockRows) : "null");
   r += field("fma_contraction", "false");
   // Device code is built without flush-to-zero (-ftz=false, which the PTX gate checks);
   // host code runs under the MXCSR the call set, read back here.

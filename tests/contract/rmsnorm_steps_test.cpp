@@ -83,16 +83,47 @@ TEST(RmsBackward, RowConstantsAndDxFollowTheDocumentedSteps) {
   EXPECT_EQ(bits_of(contract::rms_backward_dx(x[1], g[1], row)), 0u);
 }
 
+TEST(DwPartition, BlocksOfAFixedNumberOfRows) {
+  EXPECT_EQ(contract::kDwBlockRows, 256);
+  EXPECT_EQ(contract::dw_block_count(0), 0);  // no rows, no blocks
+  EXPECT_EQ(contract::dw_block_count(1), 1);
+  EXPECT_EQ(contract::dw_block_count(255), 1);
+  EXPECT_EQ(contract::dw_block_count(256), 1);
+  EXPECT_EQ(contract::dw_block_count(257), 2);
+  EXPECT_EQ(contract::dw_block_count(512), 2);
+  EXPECT_EQ(contract::dw_block_count(513), 3);
+  EXPECT_EQ(contract::dw_block_count(171480), 670);  // 669 full blocks and 216 rows
+
+  EXPECT_EQ(contract::dw_block_begin(1, 0), 0);
+  EXPECT_EQ(contract::dw_block_end(1, 0), 1);
+  EXPECT_EQ(contract::dw_block_begin(256, 0), 0);
+  EXPECT_EQ(contract::dw_block_end(256, 0), 256);
+  EXPECT_EQ(contract::dw_block_begin(257, 1), 256);
+  EXPECT_EQ(contract::dw_block_end(257, 1), 257);  // the last block is shorter
+  EXPECT_EQ(contract::dw_block_begin(171480, 669), 171264);
+  EXPECT_EQ(contract::dw_block_end(171480, 669), 171480);
+}
+
 TEST(DwPartition, BlocksAreContiguousAndCoverEveryRow) {
-  for (long long rows : {1LL, 63LL, 64LL, 65LL, 171480LL}) {
-    EXPECT_EQ(contract::dw_block_begin(rows, 0), 0);
-    EXPECT_EQ(contract::dw_block_begin(rows, contract::kDwBlocks), rows);
-    for (int b = 0; b < contract::kDwBlocks; ++b) {
-      EXPECT_LE(contract::dw_block_begin(rows, b), contract::dw_block_begin(rows, b + 1));
+  for (long long rows : {0LL, 1LL, 255LL, 256LL, 257LL, 511LL, 512LL, 513LL, 171480LL}) {
+    const long long blocks = contract::dw_block_count(rows);
+    EXPECT_EQ(blocks, (rows + 255) / 256) << rows;
+    EXPECT_EQ(contract::dw_block_begin(rows, 0), 0) << rows;
+    EXPECT_EQ(contract::dw_block_begin(rows, blocks), rows) << rows;
+    for (long long b = 0; b < blocks; ++b) {
+      EXPECT_EQ(contract::dw_block_begin(rows, b), 256 * b) << rows;
+      EXPECT_EQ(contract::dw_block_end(rows, b), contract::dw_block_begin(rows, b + 1)) << rows;
+      // Every block but the last holds exactly 256 rows; the last holds 1 to 256.
+      const long long size = contract::dw_block_end(rows, b) - contract::dw_block_begin(rows, b);
+      if (b + 1 < blocks) {
+        EXPECT_EQ(size, 256) << rows;
+      } else {
+        EXPECT_GE(size, 1) << rows;
+        EXPECT_LE(size, 256) << rows;
+        EXPECT_EQ(size, rows - 256 * (blocks - 1)) << rows;
+      }
     }
   }
-  EXPECT_EQ(contract::dw_block_begin(100, 1), 1);  // 100 * 1 / 64
-  EXPECT_EQ(contract::dw_block_begin(100, 63), 98);
 }
 
 }  // namespace

@@ -149,17 +149,19 @@ void in_two_ranges(std::int64_t rows, const std::function<void(cpu::RowRange)>& 
   kernel({rows / 3, rows});
 }
 
-// The driver's dw: 64 fixed blocks of rows summed separately, then in block order.
+// The driver's dw: the contract's blocks of kDwBlockRows rows summed separately,
+// then in block order.
 void dw_in_blocks(std::int64_t rows, int d, const TensorView& dw,
                   const std::function<void(cpu::RowRange, float*)>& kernel) {
-  std::vector<float> partials(static_cast<std::size_t>(contract::kDwBlocks * d), 0.0f);
-  for (int b = 0; b < contract::kDwBlocks; ++b) {
-    kernel({contract::dw_block_begin(rows, b), contract::dw_block_begin(rows, b + 1)},
-           partials.data() + static_cast<std::ptrdiff_t>(b) * d);
+  const std::int64_t blocks = contract::dw_block_count(rows);
+  std::vector<float> partials(static_cast<std::size_t>(blocks * d), 0.0f);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    kernel({contract::dw_block_begin(rows, b), contract::dw_block_end(rows, b)},
+           partials.data() + b * d);
   }
   for (int i = 0; i < d; ++i) {
     float total = 0.0f;
-    for (int b = 0; b < contract::kDwBlocks; ++b) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
       total = contract::add(total, partials[static_cast<std::size_t>(b * d + i)]);
     }
     contract::store_output(dw.dtype, dw.data, i * dw.strides[0], total);

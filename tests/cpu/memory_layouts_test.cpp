@@ -1,6 +1,6 @@
 // The CPU backend gives the reference's bytes whatever the memory looks like: row
 // counts that do not divide among the threads (and the dw block partition around
-// its 64 blocks), data pointers 2 or 4 bytes off alignment, strided inputs and
+// its blocks of 256 rows), data pointers 2 or 4 bytes off alignment, strided inputs and
 // outputs (a BHSD view of a BSHD buffer and the reverse, a last dim of stride 2,
 // padded rows), ranks 1 to 4, and outputs that are their inputs (in place).
 #include <gtest/gtest.h>
@@ -36,9 +36,11 @@ const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
 
 class EveryOp : public ::testing::TestWithParam<OpKind> {};
 
-// Rows N of one stream around the dw partition (64 blocks: fewer rows than blocks,
-// exactly 64, one more, two per block plus one) with a head dim large enough that
-// the pool splits the rows over 7 threads, plus a prime row count at D = 128.
+// Rows N of one stream around the dw partition (blocks of 256 rows: fewer rows
+// than a block, exactly one block, one more, the same around two blocks) with a
+// head dim large enough that the pool splits the rows over 7 threads, plus a prime
+// row count and a few thousand rows (more blocks than threads, the last block of
+// one row) at D = 128.
 TEST_P(EveryOp, RowCountsThatDoNotDivideAmongThreadsOrDwBlocks) {
   const OpKind op = GetParam();
   Rng rng(7);
@@ -46,8 +48,9 @@ TEST_P(EveryOp, RowCountsThatDoNotDivideAmongThreadsOrDwBlocks) {
     std::int64_t rows;
     std::int64_t d;
   };
-  for (const Rows r : {Rows{1, 4096}, Rows{2, 4096}, Rows{7, 4096}, Rows{63, 4096}, Rows{64, 4096},
-                       Rows{65, 4096}, Rows{129, 4096}, Rows{1031, 128}}) {
+  for (const Rows r : {Rows{1, 4096}, Rows{2, 4096}, Rows{7, 4096}, Rows{255, 4096},
+                       Rows{256, 4096}, Rows{257, 4096}, Rows{511, 4096}, Rows{512, 4096},
+                       Rows{513, 4096}, Rows{1031, 128}, Rows{2817, 128}}) {
     CaseSpec c;
     c.in = DType::BF16;
     c.out = DType::BF16;

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 LANES = 16
-DW_BLOCKS = 64
+DW_BLOCK_ROWS = 256
 
 
 def tree_sum(terms: torch.Tensor) -> torch.Tensor:
@@ -75,7 +75,8 @@ def rmsnorm(x, weight=None, mode="single", eps=1e-6, out_dtype=None, rstd=None):
 
 def rmsnorm_backward(x, dy, weight=None, mode="single", eps=1e-6):
     """(dx, dw) per the contract: dx = rstd*g - x*(rstd^3 * dot/D), g = dy*w; dw summed
-    over rows in 64 fixed blocks."""
+    over rows in blocks of 256 rows (the last one shorter), each from +0 in row order,
+    then the block sums in block order."""
     xf, dyf = x.float(), dy.float()
     g = dyf if weight is None else dyf * weight.float()
     rstd = rstd_tree(x, eps)
@@ -87,9 +88,9 @@ def rmsnorm_backward(x, dy, weight=None, mode="single", eps=1e-6):
     terms = (dyf * normalized(x, rstd, weight, mode)).reshape(-1, x.shape[-1])
     rows = terms.shape[0]
     dw = torch.zeros(x.shape[-1])
-    for b in range(DW_BLOCKS):
+    for begin in range(0, rows, DW_BLOCK_ROWS):
         block = torch.zeros(x.shape[-1])
-        for r in range(b * rows // DW_BLOCKS, (b + 1) * rows // DW_BLOCKS):
+        for r in range(begin, min(begin + DW_BLOCK_ROWS, rows)):
             block = block + terms[r]
         dw = dw + block
     return dx, dw.to(weight.dtype)

@@ -125,9 +125,10 @@ def test_fused_equals_unfused(dtype, out_dtype, mode, pairing, layout, generator
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", MODES)
-def test_rmsnorm_backward_bitwise_vs_formula(dtype, mode, generator):
-    x = randn(5, 7, 128, dtype=dtype, generator=generator)
-    dy = randn(5, 7, 128, dtype=dtype, generator=generator)
+@pytest.mark.parametrize("leading", [(5, 7), (3, 200)])  # one dw block; 600 rows: 256, 256, 88
+def test_rmsnorm_backward_bitwise_vs_formula(dtype, mode, leading, generator):
+    x = randn(*leading, 128, dtype=dtype, generator=generator)
+    dy = randn(*leading, 128, dtype=dtype, generator=generator)
     w = randn(128, dtype=torch.bfloat16, generator=generator)
     dx, dw = torch.ops.kernel_align.qk_rmsnorm_backward(x, dy, w, 1e-6, mode, True)
     expected_dx, expected_dw = rmsnorm_backward(x, dy, w, mode)

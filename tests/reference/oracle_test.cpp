@@ -3,7 +3,9 @@
 // docs/accuracy.md (so the table there and the code say the same).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -87,6 +89,34 @@ TEST(OracleBounds, ForwardMatchesTheClosedForm) {
     for (std::size_t i = 0; i < yb.size(); ++i) {
       EXPECT_LE(yb[i].bound - y[i].bound, 0x1p-8 * std::fabs(y[i].value) * (1 + 1e-6));
       EXPECT_GT(yb[i].bound - y[i].bound, 0x1p-10 * std::fabs(y[i].value));
+    }
+  }
+}
+
+// dw over N rows in fp32, single mode: ((m + 11)/2 + m_dw) u sum_rows |dy n| to
+// first order, m_dw = min(N, 256) + ceil(N/256) - 2 (docs/accuracy.md): each term's
+// own (m + 11)/2, then the additions within a block of 256 rows and over the blocks.
+TEST(OracleBounds, DwMatchesTheClosedForm) {
+  test::Rng rng(43);
+  const int d = 16;
+  const double m = (d + 15) / 16 + 3;
+  for (std::int64_t rows : {1, 2, 255, 256, 257, 513, 3000}) {
+    std::vector<double> x(static_cast<std::size_t>(rows * d));
+    std::vector<double> dy(x.size());
+    for (double& v : x) v = static_cast<float>(rng.uniform(0.5, 2.0));
+    for (double& v : dy) v = static_cast<float>(rng.uniform(0.5, 2.0));
+    const std::vector<double> w(static_cast<std::size_t>(d), 1.0);
+    const auto g = oracle::rmsnorm_backward(x, dy, d, w, 1e-6f, NormMode::Single, DType::F32,
+                                            DType::F32, DType::F32);
+    const double m_dw =
+        static_cast<double>(std::min<std::int64_t>(rows, 256) + (rows + 255) / 256 - 2);
+    for (int i = 0; i < d; ++i) {
+      // n = x * rstd with every element positive: sum |dy n| is dw itself.
+      const double want = (m + 11) / 2 + m_dw;
+      EXPECT_NEAR(
+          g.dw[static_cast<std::size_t>(i)].bound / (kU * g.dw[static_cast<std::size_t>(i)].value),
+          want, 1e-3 * want)
+          << rows << " rows";
     }
   }
 }

@@ -3,6 +3,7 @@
 // contract promises (batch, heads, layout, strides, in place).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -293,16 +294,16 @@ TEST(RmsNormBackward, MatchesFiniteDifferencesOfTheExactForward) {
 }
 
 // dw summed by hand in the documented partition: per-row fp32 products
-// RN(dy * n) with n from the contract's row steps, 64 blocks of rows
-// [b N / 64, (b+1) N / 64) each summed in row order from +0, then the block sums
-// in block order from +0.
+// RN(dy * n) with n from the contract's row steps, blocks of `block_rows` rows
+// [b block_rows, min((b+1) block_rows, N)) (256 in the contract) each summed in row
+// order from +0, then the block sums in block order from +0.
 std::vector<float> dw_by_hand(const HostTensor& x, const HostTensor& dy, DType weight_dtype,
-                              NormMode mode, int d, std::int64_t blocks_of) {
+                              NormMode mode, int d, std::int64_t block_rows) {
   const std::int64_t rows = x.elements() / d;
   std::vector<float> total(static_cast<std::size_t>(d), 0.0f);
-  for (std::int64_t b = 0; b < blocks_of; ++b) {
+  for (std::int64_t b = 0; b * block_rows < rows; ++b) {
     std::vector<float> block(static_cast<std::size_t>(d), 0.0f);
-    for (std::int64_t r = b * rows / blocks_of; r < (b + 1) * rows / blocks_of; ++r) {
+    for (std::int64_t r = b * block_rows; r < std::min((b + 1) * block_rows, rows); ++r) {
       const auto xr = [&](int i) { return static_cast<float>(x.get(r * d + i)); };
       const float rstd = contract::row_rstd(d, kEps, xr);
       for (int i = 0; i < d; ++i) {
@@ -316,10 +317,10 @@ std::vector<float> dw_by_hand(const HostTensor& x, const HostTensor& dy, DType w
   return total;
 }
 
-TEST(RmsNormBackward, DwFollowsTheDocumented64BlockPartition) {
+TEST(RmsNormBackward, DwFollowsTheDocumented256RowBlockPartition) {
   Rng rng(4);
   const int d = 32;
-  for (std::int64_t rows : {5, 64, 1000}) {
+  for (std::int64_t rows : {5, 256, 257, 1000}) {
     const HostTensor x = norm_input(DType::BF16, rows, d, rng);
     const HostTensor dy = test::random_tensor(DType::BF16, {rows, d}, rng);
     const Weight w = random_weight(DType::BF16, d, rng);
@@ -328,14 +329,14 @@ TEST(RmsNormBackward, DwFollowsTheDocumented64BlockPartition) {
     qk_rmsnorm_backward(x.cview(), dy.cview(), w.view(), dx.view(), dw.view(),
                         {kEps, NormMode::Diffusers});
     std::vector<std::uint32_t> want;
-    for (float v : dw_by_hand(x, dy, DType::BF16, NormMode::Diffusers, d, 64)) {
+    for (float v : dw_by_hand(x, dy, DType::BF16, NormMode::Diffusers, d, 256)) {
       want.push_back(bits_of(v));
     }
     EXPECT_EQ(logical_bits(dw.cview()), want) << rows << " rows";
     if (rows == 1000) {
       // The partition decides bits: one block (rows in order) gives others.
       std::vector<std::uint32_t> one_block;
-      for (float v : dw_by_hand(x, dy, DType::BF16, NormMode::Diffusers, d, 1)) {
+      for (float v : dw_by_hand(x, dy, DType::BF16, NormMode::Diffusers, d, rows)) {
         one_block.push_back(bits_of(v));
       }
       EXPECT_NE(logical_bits(dw.cview()), one_block);

@@ -58,7 +58,7 @@ std::string record(std::size_t seq, const Call& call) {
     batched_outputs = {"dx"};
   }
   std::ostringstream r;
-  r << R"({"seq":)" << seq << R"(,"contract":"kernel-align-contract/1","op":")" << call.op
+  r << R"({"seq":)" << seq << R"(,"contract":"kernel-align-contract/2","op":")" << call.op
     << R"(","direction":")" << (fused ? "forward" : "backward")
     << R"(","platform":"cpu","requested_backend":")" << call.backend << R"(","backend":")"
     << call.backend << R"(","isa":")" << call.isa << R"(","fallback":null,"fingerprint":")"
@@ -67,8 +67,8 @@ std::string record(std::size_t seq, const Call& call) {
   r << R"(],"layout":)" << (fused ? R"("bshd")" : "null") << R"(,"pairing":)"
     << (fused ? R"("interleaved")" : "null")
     << R"(,"mode":"diffusers","eps":9.99999997e-07,"text_len":)" << (fused ? "4" : "null")
-    << R"(,"accumulator":"fp32","output_dtype":"bf16","reduction_tree":"tree16-v1","dw_blocks":)"
-    << (!fused && call.with_dw ? "64" : "null")
+    << R"(,"accumulator":"fp32","output_dtype":"bf16","reduction_tree":"tree16-v1")"
+    << R"(,"dw_block_rows":)" << (!fused && call.with_dw ? "256" : "null")
     << R"(,"fma_contraction":false,"ftz":false,"daz":false,"threads":2,"partition":[[[0,)"
     << 32 * call.samples.size() << R"(]]],"digests":{)";
   for (std::size_t o = 0; o < batched_outputs.size(); ++o) {
@@ -280,7 +280,7 @@ TEST_F(TraceDiffTest, DifferentOpOrOutputsAtTheSamePosition) {
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(first_line(r.out),
             "diverged at call #1 (A line 2, B line 2): output dw present in A only");
-  EXPECT_EQ(line_starting(r.out, "differing fields: "), "differing fields: tensors, dw_blocks");
+  EXPECT_EQ(line_starting(r.out, "differing fields: "), "differing fields: tensors, dw_block_rows");
   r = run({"trace", "diff", "b.jsonl", "a.jsonl"});
   EXPECT_EQ(first_line(r.out),
             "diverged at call #1 (A line 2, B line 2): output dw present in B only");

@@ -170,7 +170,7 @@ TEST_F(TraceFile, RecordHasTheDocumentedFields) {
   EXPECT_EQ(value_of(r, "accumulator"), "\"fp32\"");
   EXPECT_EQ(value_of(r, "output_dtype"), "\"bf16\"");
   EXPECT_EQ(value_of(r, "reduction_tree"), "\"tree16-v1\"");
-  EXPECT_EQ(value_of(r, "dw_blocks"), "null");
+  EXPECT_EQ(value_of(r, "dw_block_rows"), "null");
   EXPECT_EQ(value_of(r, "fma_contraction"), "false");
   EXPECT_EQ(value_of(r, "ftz"), "false");
   EXPECT_EQ(value_of(r, "daz"), "false");
@@ -191,15 +191,17 @@ TEST_F(TraceFile, RecordHasTheDocumentedFields) {
 
 TEST_F(TraceFile, BackwardRecordsDwAndItsBlocks) {
   test::Rng rng(4);
-  const HostTensor x = test::random_tensor(DType::F32, {70, 32}, rng);
-  const HostTensor dy = test::random_tensor(DType::F32, {70, 32}, rng);
+  const HostTensor x = test::random_tensor(DType::F32, {600, 32}, rng);
+  const HostTensor dy = test::random_tensor(DType::F32, {600, 32}, rng);
   const HostTensor w = test::random_weight(DType::F32, 32, rng);
-  HostTensor dx(DType::F32, {70, 32});
+  HostTensor dx(DType::F32, {600, 32});
   HostTensor dw(DType::F32, {32});
   qk_rmsnorm_backward(x.cview(), dy.cview(), w.cview(), dx.view(), dw.view());
   const std::vector<std::string> lines = records();
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(value_of(lines[0], "dw_blocks"), "64");
+  EXPECT_EQ(value_of(lines[0], "dw_block_rows"), "256");
+  // The dw blocks of 256 rows, the last one shorter, whatever the thread count.
+  EXPECT_EQ(value_of(lines[0], "partition"), "[[[0,256],[256,512],[512,600]]]");
   EXPECT_EQ(value_of(lines[0], "mode"), "\"single\"");
   EXPECT_EQ(value_of(lines[0], "layout"), "null");
   const std::string digests = value_of(lines[0], "digests");

@@ -66,13 +66,24 @@ KA_HD static inline float rms_backward_dx(float x, float g, RmsBackwardRow row) 
 }
 
 // dw is summed over rows in a fixed partition that does not depend on threads:
-// kDwBlocks contiguous blocks, block b = rows [b*N/kDwBlocks, (b+1)*N/kDwBlocks)
-// (integer division), each summed in row order from +0, then the block sums added
-// in block order from +0. A backend may give blocks to threads as it likes.
-inline constexpr int kDwBlocks = 64;
+// blocks of kDwBlockRows consecutive rows, block b = rows
+// [kDwBlockRows*b, min(kDwBlockRows*(b+1), N)), ceil(N/kDwBlockRows) blocks (none
+// for N = 0, the last one shorter where kDwBlockRows does not divide N), each
+// summed in row order from +0, then the block sums added in block order from +0.
+// A backend may give blocks to threads (or thread blocks) as it likes.
+inline constexpr int kDwBlockRows = 256;
 
-KA_HD static inline long long dw_block_begin(long long rows, int block) {
-  return rows * block / kDwBlocks;
+KA_HD static inline long long dw_block_count(long long rows) {
+  return (rows + kDwBlockRows - 1) / kDwBlockRows;
+}
+
+KA_HD static inline long long dw_block_begin(long long rows, long long block) {
+  const long long begin = block * kDwBlockRows;
+  return begin < rows ? begin : rows;
+}
+
+KA_HD static inline long long dw_block_end(long long rows, long long block) {
+  return dw_block_begin(rows, block + 1);
 }
 
 }  // namespace kernel_align::contract
