@@ -1,15 +1,11 @@
 #include "trace/digest.hpp"
 
-#include <bit>
 #include <cstring>
+
+#include "trace/digest_v1.hpp"
 
 namespace kernel_align::trace {
 namespace {
-
-constexpr std::uint64_t kSeed = 0x9E3779B97F4A7C15ull;
-constexpr std::uint64_t kWordMultiplier = 0xBF58476D1CE4E5B9ull;
-constexpr std::uint64_t kStateMultiplier = 0x94D049BB133111EBull;
-constexpr std::uint64_t kFinalMultiplier = 0xD6E8FEDA2F3F19D5ull;
 
 std::uint64_t load_le64(const unsigned char* p) {
   std::uint64_t word = 0;
@@ -28,10 +24,10 @@ bool is_row_major(const ConstTensorView& v) {
 
 }  // namespace
 
-Digest::Digest(std::uint64_t byte_count) : state_(kSeed ^ byte_count) {}
+Digest::Digest(std::uint64_t byte_count) : state_(digest_v1::start(byte_count)) {}
 
 void Digest::mix(std::uint64_t word) {
-  state_ = std::rotl(state_ ^ (word * kWordMultiplier), 27) * kStateMultiplier;
+  state_ = digest_v1::mix(state_, word);
 }
 
 void Digest::update(const unsigned char* bytes, std::size_t count) {
@@ -54,11 +50,7 @@ std::uint64_t Digest::finish() {
   if (pending_bytes_ != 0) mix(pending_);  // zero-padded last word
   pending_ = 0;
   pending_bytes_ = 0;
-  std::uint64_t h = state_;
-  h ^= h >> 31;
-  h *= kFinalMultiplier;
-  h ^= h >> 29;
-  return h;
+  return digest_v1::finish(state_);
 }
 
 std::uint64_t digest_of(const ConstTensorView& v) {

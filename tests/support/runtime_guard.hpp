@@ -61,7 +61,7 @@ struct RunConfig {
     }
   }
   std::string name() const {
-    if (backend == "reference") return "reference";
+    if (backend != "simd") return backend;
     return std::string("simd/") + isa_name(isa) + "/" + std::to_string(threads) + " threads";
   }
 };

@@ -52,13 +52,18 @@ struct RmsBackwardRow {
   float coef;
 };
 
+// The constants from rstd and dot = tree_sum_i mul(g_i, x_i): for backends that take the
+// row's two sums their own way (in the same tree order).
+KA_HD static inline RmsBackwardRow rms_backward_constants(float rstd, float dot, int d) {
+  const float rstd3 = mul(mul(rstd, rstd), rstd);
+  return {rstd, mul(rstd3, div(dot, static_cast<float>(d)))};
+}
+
 template <class LoadX, class LoadG>
 KA_HD static inline RmsBackwardRow rms_backward_row(int d, float eps, const LoadX& x,
                                                     const LoadG& g) {
-  const float rstd = row_rstd(d, eps, x);
-  const float dot = tree_sum(d, [&](int i) { return mul(g(i), x(i)); });
-  const float rstd3 = mul(mul(rstd, rstd), rstd);
-  return {rstd, mul(rstd3, div(dot, static_cast<float>(d)))};
+  return rms_backward_constants(row_rstd(d, eps, x),
+                                tree_sum(d, [&](int i) { return mul(g(i), x(i)); }), d);
 }
 
 KA_HD static inline float rms_backward_dx(float x, float g, RmsBackwardRow row) {
