@@ -13,6 +13,7 @@
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/plan.hpp"
+#include "cuda/rebase.hpp"
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/registry.hpp"
 #include "reference/reference.hpp"
@@ -183,15 +184,16 @@ std::vector<std::uint64_t> device_digests(const ConstTensorView& v,
 
 // ---- cuda-host: the reference on host copies ----------------------------------------
 
-// Host copies of the device memory a call's views reach: each view's whole extent, once
-// per distinct (address, extent), copied back for outputs after the call.
+// Host copies of the device memory a call's views reach (rebase.hpp's Mirror): each
+// view's whole extent, once per distinct (address, extent), and after the call the
+// outputs' copies written back.
 class HostMirror {
  public:
   explicit HostMirror(const registry::Execution& exec)
       : guard_(exec.device.ordinal), stream_(static_cast<cudaStream_t>(exec.context.cuda_stream)) {}
 
   template <class View>
-  View host(View v, bool output = false) {
+  View map(View v, bool output) {
     std::int64_t last = 0;
     for (int i = 0; i < v.rank; ++i) last += (v.shape[i] - 1) * v.strides[i];
     const std::size_t bytes = static_cast<std::size_t>(last + 1) * dtype_size(v.dtype);
@@ -210,11 +212,6 @@ class HostMirror {
     v.data = copy->bytes.data();
     v.device = Device::cpu();
     return v;
-  }
-  template <class View>
-  std::optional<View> host(const std::optional<View>& v, bool output = false) {
-    if (!v) return std::nullopt;
-    return host(*v, output);
   }
 
   void write_back() {
@@ -238,9 +235,23 @@ class HostMirror {
   std::deque<Copy> copies_;  // a deque: copies never move once made
 };
 
-void host_exec(registry::Execution& exec) {
+// The reference entry `run` on host copies of the call's tensors.
+template <class Problem, void (*Reference)(const Problem&)>
+void on_host_copies(const Problem& p, registry::Execution& exec) {
   exec.isa = "scalar (host copies)";
   exec.threads = 1;
+  HostMirror mirror(exec);
+  Reference(rebased(p, mirror));
+  mirror.write_back();
+}
+
+void reference_fused_forward(const detail::QkNormRopeForwardProblem& p) {
+  for (const detail::NormRopeForwardProblem& s : p.streams) reference::norm_rope_forward(s);
+}
+
+void reference_fused_backward(const detail::QkNormRopeBackwardProblem& p) {
+  for (const detail::NormRopeBackwardProblem& s : p.streams) reference::norm_rope_backward(s);
+  detail::zero_empty_stream_grads_on_host(p);
 }
 
 std::string host_fallback_unavailable() {
@@ -253,75 +264,15 @@ std::string host_fallback_unavailable() {
 
 registry::BackendOps host_ops() {
   registry::BackendOps ops;
-  ops.rmsnorm_forward = [](const detail::RmsNormForwardProblem& p, registry::Execution& exec) {
-    host_exec(exec);
-    HostMirror m(exec);
-    detail::RmsNormForwardProblem h = p;
-    h.x = m.host(p.x);
-    h.weight = m.host(p.weight);
-    h.y = m.host(p.y, true);
-    reference::qk_rmsnorm_forward(h);
-    m.write_back();
-  };
-  ops.rmsnorm_backward = [](const detail::RmsNormBackwardProblem& p, registry::Execution& exec) {
-    host_exec(exec);
-    HostMirror m(exec);
-    detail::RmsNormBackwardProblem h = p;
-    h.x = m.host(p.x);
-    h.dy = m.host(p.dy);
-    h.weight = m.host(p.weight);
-    h.dx = m.host(p.dx, true);
-    h.dw = m.host(p.dw, true);
-    reference::qk_rmsnorm_backward(h);
-    m.write_back();
-  };
-  ops.rope = [](const detail::RopeProblem& p, registry::Execution& exec) {
-    host_exec(exec);
-    HostMirror m(exec);
-    detail::RopeProblem h = p;
-    h.in = m.host(p.in);
-    h.cos = m.host(p.cos);
-    h.sin = m.host(p.sin);
-    h.out = m.host(p.out, true);
-    reference::multi_axis_rope(h);
-    m.write_back();
-  };
-  ops.qk_norm_rope_forward = [](const detail::QkNormRopeForwardProblem& p,
-                                registry::Execution& exec) {
-    host_exec(exec);
-    HostMirror m(exec);
-    for (const detail::NormRopeForwardProblem& s : p.streams) {
-      detail::NormRopeForwardProblem h = s;
-      h.x = m.host(s.x);
-      h.weight = m.host(s.weight);
-      h.cos = m.host(s.cos);
-      h.sin = m.host(s.sin);
-      h.y = m.host(s.y, true);
-      reference::norm_rope_forward(h);
-    }
-    m.write_back();
-  };
-  ops.qk_norm_rope_backward = [](const detail::QkNormRopeBackwardProblem& p,
-                                 registry::Execution& exec) {
-    host_exec(exec);
-    HostMirror m(exec);
-    detail::QkNormRopeBackwardProblem h;
-    for (const TensorView& dw : p.empty_stream_grads)
-      h.empty_stream_grads.push_back(m.host(dw, true));
-    for (const detail::NormRopeBackwardProblem& s : p.streams) {
-      detail::NormRopeBackwardProblem hs = s;
-      hs.x = m.host(s.x);
-      hs.dy = m.host(s.dy);
-      hs.weight = m.host(s.weight);
-      hs.cos = m.host(s.cos);
-      hs.sin = m.host(s.sin);
-      hs.dx = m.host(s.dx, true);
-      hs.dw = m.host(s.dw, true);
-      reference::norm_rope_backward(hs);
-    }
-    detail::zero_empty_stream_grads_on_host(h);
-    m.write_back();
-  };
+  ops.rmsnorm_forward =
+      on_host_copies<detail::RmsNormForwardProblem, reference::qk_rmsnorm_forward>;
+  ops.rmsnorm_backward =
+      on_host_copies<detail::RmsNormBackwardProblem, reference::qk_rmsnorm_backward>;
+  ops.rope = on_host_copies<detail::RopeProblem, reference::multi_axis_rope>;
+  ops.qk_norm_rope_forward =
+      on_host_copies<detail::QkNormRopeForwardProblem, reference_fused_forward>;
+  ops.qk_norm_rope_backward =
+      on_host_copies<detail::QkNormRopeBackwardProblem, reference_fused_backward>;
   ops.batch_digests = device_digests;
   return ops;
 }

@@ -1,6 +1,10 @@
-// The built-in backends: one registration each. A new backend (CUDA, Ascend, ...) is
-// one more entry here with its platform, priority, capabilities and entry points.
+// The built-in backends: one registration each (the CUDA ones where the build has them).
+// A new backend (Ascend, ...) is one more entry here with its platform, priority,
+// capabilities and entry points.
 #include "cpu/cpu_backend.hpp"
+#if KERNEL_ALIGN_HAS_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/runtime.hpp"
 #include "reference/reference.hpp"
@@ -96,7 +100,11 @@ std::vector<Backend> builtin_backends() {
   reference.fingerprint = fingerprints::kReference;
   reference.ops = reference_ops();
 
-  return {simd, reference};
+  std::vector<Backend> backends{simd, reference};
+#if KERNEL_ALIGN_HAS_CUDA
+  for (Backend& b : cuda::cuda_backends()) backends.push_back(std::move(b));
+#endif
+  return backends;
 }
 
 }  // namespace kernel_align::registry
