@@ -1,8 +1,9 @@
-// The kernel_align:: torch operators: schemas and their CPU kernels. Each kernel views
-// its tensors in place (data pointer, sizes, strides: no copies), allocates outputs like
-// torch.empty_like (the fake kernels in python/kernel_align/_ops.py give the same
-// shapes and strides) and calls the library entry point that every other front end uses.
-// Autograd and the fake kernels are registered from Python (torch.library).
+// The kernel_align:: torch operators: schemas and their CPU and CUDA kernels (one set of
+// functions for both). Each kernel views its tensors in place (data pointer, sizes,
+// strides, device: no copies), allocates outputs like torch.empty_like (the fake kernels
+// in python/kernel_align/_ops.py give the same shapes and strides) and calls the library
+// entry point that every other front end uses, on torch's current stream for CUDA
+// tensors. Autograd is in autograd.cpp, the fake kernels are registered from Python.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -43,7 +44,7 @@ at::Tensor qk_rmsnorm(const at::Tensor& x, const std::optional<at::Tensor>& weig
     const auto wv = input_view(op, "weight", weight);
     const RmsNormOptions options{eps_of(eps), parse_norm_mode(mode)};
     at::Tensor y = empty_like_dtype(x, out_dtype.value_or(x.scalar_type()));
-    qk_rmsnorm_forward(xv, wv, output_view(op, "out_dtype", y), options);
+    qk_rmsnorm_forward(xv, wv, output_view(op, "out_dtype", y), options, context_of(x));
     return y;
   });
 }
@@ -63,7 +64,7 @@ std::tuple<at::Tensor, at::Tensor> qk_rmsnorm_backward(const at::Tensor& x, cons
     at::Tensor dw = compute_dw ? at::empty_like(*weight) : no_gradient(x);
     std::optional<TensorView> dwv;
     if (compute_dw) dwv = output_view(op, "dw", dw);
-    qk_rmsnorm_backward(xv, dyv, wv, output_view(op, "dx", dx), dwv, options);
+    qk_rmsnorm_backward(xv, dyv, wv, output_view(op, "dx", dx), dwv, options, context_of(x));
     return std::tuple{dx, dw};
   });
 }
@@ -80,7 +81,7 @@ at::Tensor multi_axis_rope(const at::Tensor& x, const at::Tensor& cos, const at:
     const RopeOptions options = rope_options(pairing, layout);
     at::Tensor y = at::empty_like(x);
     multi_axis_rope_forward(xv, input_view(op, "cos", cos), input_view(op, "sin", sin),
-                            output_view(op, "y", y), options);
+                            output_view(op, "y", y), options, context_of(x));
     return y;
   });
 }
@@ -91,7 +92,7 @@ void multi_axis_rope_inplace(const at::Tensor& x, const at::Tensor& cos, const a
   translate_errors(op, [&] {
     const TensorView xv = output_view(op, "x", x);
     multi_axis_rope_forward(xv, input_view(op, "cos", cos), input_view(op, "sin", sin), xv,
-                            rope_options(pairing, layout));
+                            rope_options(pairing, layout), context_of(x));
   });
 }
 
@@ -104,7 +105,7 @@ at::Tensor multi_axis_rope_backward(const at::Tensor& dy, const at::Tensor& cos,
     const RopeOptions options = rope_options(pairing, layout);
     at::Tensor dx = at::empty_like(dy);
     multi_axis_rope_backward(dyv, input_view(op, "cos", cos), input_view(op, "sin", sin),
-                             output_view(op, "dx", dx), options);
+                             output_view(op, "dx", dx), options, context_of(dy));
     return dx;
   });
 }
@@ -141,7 +142,7 @@ std::tuple<at::Tensor, at::Tensor> qk_norm_rope(
     at::Tensor k_out = empty_like_dtype(k, out_dtype.value_or(k.scalar_type()));
     qk_norm_rope_forward(qv, kv, weights, input_view(op, "cos", cos), input_view(op, "sin", sin),
                          output_view(op, "out_dtype", q_out), output_view(op, "out_dtype", k_out),
-                         options);
+                         options, context_of(q));
     return std::tuple{q_out, k_out};
   });
 }
@@ -160,7 +161,7 @@ void qk_norm_rope_inplace(const at::Tensor& q, const at::Tensor& k,
     qk_norm_rope_forward(
         qv, kv, norm_weights(op, text_q_weight, text_k_weight, image_q_weight, image_k_weight),
         input_view(op, "cos", cos), input_view(op, "sin", sin), qv, kv,
-        fused_options(text_len, eps, mode, pairing, layout));
+        fused_options(text_len, eps, mode, pairing, layout), context_of(q));
   });
 }
 
@@ -200,7 +201,8 @@ SixTensors qk_norm_rope_backward(const at::Tensor& q, const at::Tensor& k, const
     qk_norm_rope_backward(
         qv, kv, input_view(op, "dq_out", dq_out), input_view(op, "dk_out", dk_out), weights,
         input_view(op, "cos", cos), input_view(op, "sin", sin), output_view(op, "dq", dq),
-        output_view(op, "dk", dk), {dw_views[0], dw_views[1], dw_views[2], dw_views[3]}, options);
+        output_view(op, "dk", dk), {dw_views[0], dw_views[1], dw_views[2], dw_views[3]}, options,
+        context_of(q));
     return SixTensors{dq, dk, dw[0], dw[1], dw[2], dw[3]};
   });
 }
@@ -274,9 +276,10 @@ TORCH_LIBRARY_IMPL(kernel_align, CPU, m) {
   kernel_align::torch_ext::register_kernels(m);
 }
 
-// CUDA tensors reach the same kernels only to be refused before any access: the view
-// check names the device and the (CPU) backends, where the dispatcher would say that no
-// CUDA kernel exists.
+// CUDA tensors reach the same kernels, which queue the library's CUDA backend on torch's
+// current stream (context_of). In an extension built without it they are refused before
+// any access: the view check names the device and the backends, where the dispatcher
+// would say that no CUDA kernel exists.
 TORCH_LIBRARY_IMPL(kernel_align, CUDA, m) {
   kernel_align::torch_ext::register_kernels(m);
 }

@@ -122,6 +122,11 @@ void check_options(std::optional<std::int64_t> head_dim, std::optional<double> e
   });
 }
 
+// Whether this extension runs CUDA tensors (built with the library's CUDA backend).
+bool has_cuda() {
+  return kCudaBuild;
+}
+
 std::vector<std::string> backends() {
   return translate_errors("backends", [] { return backend_names(); });
 }
@@ -183,6 +188,7 @@ TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
         &ext::rope_tables);
   m.def("check_options(int? head_dim, float? eps, str? norm_mode, str? pairing, str? layout) -> ()",
         &ext::check_options);
+  m.def("has_cuda() -> bool", &ext::has_cuda);
   m.def("backends() -> str[]", &ext::backends);
   m.def("set_backend(str name) -> ()", &ext::set_backend);
   m.def("get_backend() -> str", &ext::get_backend);

@@ -1,6 +1,9 @@
 #include "views.hpp"
 
 #include <c10/util/Exception.h>
+#if defined(KERNEL_ALIGN_TORCH_CUDA)
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <array>
 #include <string>
@@ -41,10 +44,11 @@ DType dtype_of(const char* op, const char* argument, const at::Tensor& tensor) {
 template <class View, class Pointer>
 View view_of(const char* op, const char* argument, const at::Tensor& tensor, Pointer data) {
   TORCH_CHECK_VALUE(tensor.defined(), prefix(op, argument), "expected a tensor, found None");
-  if (!tensor.device().is_cpu()) {
-    raise_value_error(op, "argument '" + std::string(argument) +
-                              "': expected a CPU tensor, found one on " + tensor.device().str() +
-                              " (kernel-align's backends " + backend_list() + " run on the CPU)");
+  const bool cuda = tensor.device().is_cuda() && kCudaBuild;
+  if (!tensor.device().is_cpu() && !cuda) {
+    raise_value_error(op, "argument '" + std::string(argument) + "': expected a tensor on " +
+                              supported_devices() + ", found one on " + tensor.device().str() +
+                              " (kernel-align's backends: " + backend_list() + ")");
   }
   TORCH_CHECK_TYPE(tensor.layout() == at::kStrided, prefix(op, argument),
                    "expected a strided (dense) tensor, found layout ", tensor.layout());
@@ -60,6 +64,7 @@ View view_of(const char* op, const char* argument, const at::Tensor& tensor, Poi
                               std::to_string(tensor.dim()));
   }
   view.data = data;
+  view.device = cuda ? Device::cuda(tensor.device().index()) : Device::cpu();
   view.rank = static_cast<int>(tensor.dim());
   for (int i = 0; i < view.rank; ++i) {
     view.shape[i] = tensor.size(i);
@@ -115,6 +120,16 @@ std::string torch_dtype_name(at::ScalarType type) {
     default:
       return std::string("torch.") + c10::toString(type);
   }
+}
+
+ExecutionContext context_of(const at::Tensor& tensor) {
+#if defined(KERNEL_ALIGN_TORCH_CUDA)
+  if (tensor.is_cuda()) {
+    return {c10::cuda::getCurrentCUDAStream(tensor.device().index()).stream()};
+  }
+#endif
+  (void)tensor;
+  return {};
 }
 
 NormMode parse_norm_mode(std::string_view text) {

@@ -17,9 +17,22 @@
 
 namespace kernel_align::torch_ext {
 
-// A read-only view of `tensor`. Rejects, naming `op` and `argument`: a tensor that is
-// not on the CPU (ValueError), not strided or of a dtype the library lacks (TypeError),
-// of rank above 4 (ValueError).
+// Whether this extension was built with the CUDA backend (KERNEL_ALIGN_TORCH_CUDA).
+#if defined(KERNEL_ALIGN_TORCH_CUDA)
+inline constexpr bool kCudaBuild = true;
+#else
+inline constexpr bool kCudaBuild = false;
+#endif
+
+// "the CPU or a CUDA device" (CUDA builds) or "the CPU": for messages.
+inline const char* supported_devices() {
+  return kCudaBuild ? "the CPU or a CUDA device" : "the CPU";
+}
+
+// A read-only view of `tensor` (its device included). Rejects, naming `op` and
+// `argument`: a tensor on another device than the CPU or (CUDA builds) a CUDA device
+// (ValueError), not strided or of a dtype the library lacks (TypeError), of rank above 4
+// (ValueError).
 ConstTensorView input_view(const char* op, const char* argument, const at::Tensor& tensor);
 std::optional<ConstTensorView> input_view(const char* op, const char* argument,
                                           const std::optional<at::Tensor>& tensor);
@@ -46,6 +59,12 @@ Enum parse(const char* argument, std::string_view text, const std::array<Enum, N
 
 // "torch.float64": a dtype as Python users write it (c10's own names are "Double", ...).
 std::string torch_dtype_name(at::ScalarType type);
+
+// Where a call on `tensor`'s device queues its work: torch's current stream of that
+// device for a CUDA tensor (so the kernels are ordered with the caller's torch work, as
+// torch's own ops are), nothing for a CPU one. The library runs the kernels on the
+// tensors' device whatever the current one is.
+ExecutionContext context_of(const at::Tensor& tensor);
 
 NormMode parse_norm_mode(std::string_view text);
 Pairing parse_pairing(std::string_view text);

@@ -34,14 +34,18 @@ def _load_library() -> None:
 
 _load_library()
 ops = torch.ops.kernel_align
+# Whether the extension runs CUDA tensors (built with the library's CUDA backend, for a
+# CUDA build of torch).
+HAS_CUDA = bool(ops.has_cuda())
+_DEVICES = "the CPU or a CUDA device" if HAS_CUDA else "the CPU"
 
 
 def check_tensors(op: str, optional: tuple[str, ...] = (), **tensors) -> None:
     """TypeError naming the first argument that is not a dense ``torch.Tensor`` (a list, a
     numpy array, None where a tensor is required, a sparse or nested tensor: the
     dispatcher would raise AttributeError, RuntimeError or NotImplementedError for
-    those); ValueError naming the first that is not on the CPU, its device and the
-    backends (all of which run on the CPU). Names in ``optional`` may be None. The Python
+    those); ValueError naming the first that is on another device than the CPU or (with
+    HAS_CUDA) a CUDA device, and the backends. Names in ``optional`` may be None. The Python
     functions and the fake kernels (torch.compile, meta tensors) both check."""
     for name, tensor in tensors.items():
         if tensor is None and name in optional:
@@ -56,11 +60,11 @@ def check_tensors(op: str, optional: tuple[str, ...] = (), **tensors) -> None:
                             f"tensor, found {found}")
         # is_cpu rather than device.type: no torch.device object per tensor, which after
         # a cache-flushing kernel halves this check's cost (about 80 -> 40 us a call).
-        if not tensor.is_cpu:
+        if not tensor.is_cpu and not (HAS_CUDA and tensor.is_cuda):
             raise ValueError(
-                f"kernel_align.{op}: argument '{name}': expected a CPU tensor, found one on "
-                f"{tensor.device} (kernel-align's backends {', '.join(ops.backends())} run "
-                "on the CPU)"
+                f"kernel_align.{op}: argument '{name}': expected a tensor on {_DEVICES}, "
+                f"found one on {tensor.device} (kernel-align's backends: "
+                f"{', '.join(ops.backends())})"
             )
 
 

@@ -60,7 +60,8 @@ def _output_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype) -> torch.dtype:
 
 class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
     """diffusers' Qwen-Image double-stream attention with kernel-align's fused QK norm +
-    RoPE (norm mode "diffusers", interleaved pairs, layout bshd). CPU tensors only."""
+    RoPE (norm mode "diffusers", interleaved pairs, layout bshd). CPU tensors, and CUDA
+    tensors where the extension has its CUDA kernels (kernel_align.HAS_CUDA)."""
 
     def __call__(
         self,
