@@ -26,18 +26,20 @@ using trace::TensorArgs;
 
 // The one device every tensor of the call lives on; an Error names two that differ.
 Device device_of(const CallDescription& d) {
-  const TensorArg* first = nullptr;
+  const char* first = nullptr;  // the first tensor's name
+  Device device;
   for (const TensorArg& t : d.tensors) {
     if (first == nullptr) {
-      first = &t;
-    } else if (t.view.device != first->view.device) {
+      first = t.name;
+      device = t.view.device;
+    } else if (t.view.device != device) {
       throw Error(t.name,
-                  "a tensor on " + device_name(first->view.device) + ", where '" + first->name +
+                  "a tensor on " + device_name(device) + ", where '" + first +
                       "' is (every tensor of a call on one device)",
                   "one on " + device_name(t.view.device));
     }
   }
-  return first == nullptr ? Device::cpu() : first->view.device;
+  return device;
 }
 
 // The registry's view of a call on `device`.

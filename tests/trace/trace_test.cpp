@@ -80,7 +80,9 @@ std::string value_of(const std::string& record, const std::string& key) {
 
 class TraceFile : public ::testing::Test {
  protected:
-  std::string path = testing::TempDir() + "trace_test.jsonl";
+  // One file per test: ctest runs the tests of this binary in parallel processes.
+  std::string path = testing::TempDir() + "trace_test_" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".jsonl";
   test::RuntimeGuard runtime;
   void SetUp() override {
     std::remove(path.c_str());  // traces are appended to: start each test afresh
