@@ -18,6 +18,9 @@
 namespace kernel_align::detail {
 namespace {
 
+// 2^56 elements of 4 bytes, summed over four dims, stay far below 2^63.
+constexpr std::int64_t kMaxViewElements = std::int64_t{1} << 56;
+
 void check_view(const std::string& name, const ConstTensorView& v, int min_rank, int max_rank,
                 const std::string& rank_meaning) {
   if (v.rank < min_rank || v.rank > max_rank) {
@@ -28,7 +31,25 @@ void check_view(const std::string& name, const ConstTensorView& v, int min_rank,
     if (v.shape[i] <= 0) throw Error(name, "a non-empty tensor (every dim > 0)", describe(v));
     if (v.strides[i] < 0) throw Error(name, "non-negative strides", describe(v));
   }
+  // Every count and offset the ops compute (elements, rows, the last element's offset,
+  // in elements and in bytes) then fits int64 with room to spare: no overflow anywhere.
+  std::int64_t elements = 1;
+  std::int64_t last = 0;
+  for (int i = 0; i < v.rank; ++i) {
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(elements, v.shape[i], &elements) || elements > kMaxViewElements ||
+        __builtin_mul_overflow(v.shape[i] - 1, v.strides[i], &span) ||
+        __builtin_add_overflow(last, span, &last) || last > kMaxViewElements) {
+      throw Error(name, "a view of at most 2^56 elements and element offsets", describe(v));
+    }
+  }
   if (v.data == nullptr) throw Error(name, "a non-null data pointer", "null");
+  // Elements are read as whole fp32/bf16/fp16 words.
+  const std::size_t align = dtype_size(v.dtype);
+  if (const std::size_t off = reinterpret_cast<std::uintptr_t>(v.data) % align; off != 0) {
+    throw Error(name, "a data pointer aligned to its dtype's " + std::to_string(align) + " bytes",
+                "one " + std::to_string(off) + " byte(s) past such an address");
+  }
 }
 
 int check_head_dim(const std::string& name, std::int64_t d) {

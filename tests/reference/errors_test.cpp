@@ -141,6 +141,21 @@ TEST_F(RmsNormErrors, EmptyTensorsAndNullData) {
   EXPECT_TRUE(rejects([&] { forward(x.cview(), null_w, y.view()); }, "weight"));
 }
 
+// Found by fuzzing (ops_fuzz): a view whose element count or last offset does not fit
+// int64 overflowed inside the validation (undefined behaviour) instead of being refused.
+// And a data pointer off its dtype's alignment would be read misaligned.
+TEST_F(RmsNormErrors, ViewsBeyondInt64OffsetsOrMisalignedAreRefused) {
+  ConstTensorView huge = test::strided(x.cview(), {4, 8}, {std::int64_t{1} << 60, 1});
+  EXPECT_TRUE(rejects([&] { forward(huge, std::nullopt, y.view()); }, "x"));
+  ConstTensorView many = x.cview();  // 2^54 rows of 8: 2^57 elements
+  many.shape[0] = std::int64_t{1} << 54;
+  EXPECT_TRUE(rejects([&] { forward(many, std::nullopt, y.view()); }, "x"));
+  ConstTensorView odd = x.cview();
+  odd.dtype = DType::BF16;
+  odd.data = static_cast<const unsigned char*>(x.data()) + 1;
+  EXPECT_TRUE(rejects([&] { forward(odd, std::nullopt, y.view()); }, "x"));
+}
+
 TEST_F(RmsNormErrors, OutputMayNotPartlyOverlapAnInput) {
   HostTensor shared(DType::F32, {5, 8});
   const ConstTensorView rows_0_to_3 = test::strided(shared.cview(), {4, 8}, {8, 1});
