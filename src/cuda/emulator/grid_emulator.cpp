@@ -1,6 +1,8 @@
 #include "cuda/emulator/grid_emulator.hpp"
 
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <cstddef>
 #include <exception>
@@ -25,13 +27,93 @@ namespace {
 // Kernel bodies keep a few arrays of a row's values: far below this even under ASan.
 constexpr std::size_t kStackBytes = std::size_t{256} << 10;
 
+// An execution context (a fiber's or the scheduler's) and the switch between two. On
+// x86-64 a switch saves the callee-saved registers, MXCSR and the x87 control word on the
+// old stack and restores them from the new one: a few nanoseconds, where swapcontext
+// also saves the signal mask with a system call each time (it dominated the emulated
+// tests' time). Elsewhere, ucontext.
+#if defined(__x86_64__)
+struct Context {
+  void* sp = nullptr;
+};
+
+extern "C" void ka_emulator_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl ka_emulator_switch
+  .type ka_emulator_switch, @function
+ka_emulator_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ka_emulator_switch, .-ka_emulator_switch
+)");
+
+void switch_context(Context& from, Context& to) {
+  ka_emulator_switch(&from.sp, to.sp);
+}
+
+// A context that starts `entry` on the stack [stack, stack + size), with the caller's
+// floating-point control state. The frame ka_emulator_switch pops: the control words,
+// six zeroed registers, then `entry` as the return address (16-byte aligned, so that
+// entry starts with the stack the ABI gives a called function).
+void make_context(Context& c, unsigned char* stack, std::size_t size, void (*entry)()) {
+  const std::uintptr_t top = (reinterpret_cast<std::uintptr_t>(stack) + size) & ~std::uintptr_t{15};
+  auto* return_slot = reinterpret_cast<std::uint64_t*>(top - 16);
+  return_slot[1] = 0;  // entry never returns
+  return_slot[0] = reinterpret_cast<std::uint64_t>(entry);
+  std::uint64_t* frame = return_slot - 7;
+  for (int i = 1; i < 7; ++i) frame[i] = 0;
+  std::uint32_t mxcsr = 0;
+  std::uint16_t control = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(control));
+  frame[0] = mxcsr | (std::uint64_t{control} << 32);
+  c.sp = frame;
+}
+#else
+struct Context {
+  ucontext_t context{};
+};
+
+void switch_context(Context& from, Context& to) {
+  swapcontext(&from.context, &to.context);
+}
+
+void make_context(Context& c, unsigned char* stack, std::size_t size, void (*entry)()) {
+  getcontext(&c.context);
+  c.context.uc_stack.ss_sp = stack;
+  c.context.uc_stack.ss_size = size;
+  c.context.uc_link = nullptr;  // fibers end by switching to the scheduler themselves
+  makecontext(&c.context, entry, 0);
+}
+#endif
+
 struct Barrier {
   unsigned arrived = 0;
   std::uint64_t generation = 0;
 };
 
 struct Fiber {
-  ucontext_t context{};
+  Context context;
   unsigned char* stack = nullptr;
   bool done = false;
 };
@@ -45,7 +127,7 @@ struct BlockRun {
   Barrier block_barrier;
   std::vector<Barrier> warp_barriers;
   std::vector<float> slots;  // one per thread: the value it offers to a shuffle
-  ucontext_t scheduler{};
+  Context scheduler;
   unsigned running = 0;  // the fiber being run
   unsigned finished = 0;
   bool progress = false;
@@ -72,11 +154,11 @@ void to_scheduler(BlockRun& run, bool dying) {
   void* fake_stack = nullptr;
   __sanitizer_start_switch_fiber(dying ? nullptr : &fake_stack, run.scheduler_stack,
                                  run.scheduler_stack_size);
-  swapcontext(&run.fibers[run.running].context, &run.scheduler);
+  switch_context(run.fibers[run.running].context, run.scheduler);
   __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #else
   (void)dying;
-  swapcontext(&run.fibers[run.running].context, &run.scheduler);
+  switch_context(run.fibers[run.running].context, run.scheduler);
 #endif
 }
 
@@ -87,10 +169,10 @@ void to_fiber(BlockRun& run, unsigned f) {
 #if defined(KA_ASAN_FIBERS)
   void* fake_stack = nullptr;
   __sanitizer_start_switch_fiber(&fake_stack, run.fibers[f].stack, kStackBytes);
-  swapcontext(&run.scheduler, &run.fibers[f].context);
+  switch_context(run.scheduler, run.fibers[f].context);
   __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #else
-  swapcontext(&run.scheduler, &run.fibers[f].context);
+  switch_context(run.scheduler, run.fibers[f].context);
 #endif
 }
 
@@ -156,11 +238,7 @@ void run_block(BlockRun& run) {
   for (unsigned t = 0; t < run.threads; ++t) {
     Fiber& f = run.fibers[t];
     f.stack = pool[t].get();
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack;
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr;  // fibers end by switching to the scheduler themselves
-    makecontext(&f.context, fiber_entry, 0);
+    make_context(f.context, f.stack, kStackBytes, fiber_entry);
   }
   while (run.finished < run.threads) {
     run.progress = false;
