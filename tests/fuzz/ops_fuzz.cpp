@@ -1,0 +1,324 @@
+// libFuzzer target, differential: every op through the public API on views decoded from
+// the input, all pointing into one arena: shapes (small, or near integer overflow),
+// strides (any: zero, overlapping, huge), dtypes, layouts, modes, pairings, eps,
+// text_len, outputs in place or anywhere (overlapping inputs and each other), pointers
+// off their dtype's alignment. The validation must accept a call or throw
+// kernel_align::Error; a call whose views reach past the arena (a view that is never
+// allocated whole) is only validated, directly, and must touch nothing. Whatever is
+// accepted, every backend and path (simd at every ISA path and 1 or 3 threads, the CUDA
+// kernels on the grid emulator) must leave the arena byte for byte as the reference does.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include "api/problems.hpp"
+#include "cuda/emulator/emulated_backend.hpp"
+#include "kernel_align/error.hpp"
+#include "kernel_align/ops.hpp"
+#include "kernel_align/registry.hpp"
+#include "kernel_align/runtime.hpp"
+#include "registry/registry.hpp"
+
+namespace {
+
+using namespace kernel_align;
+
+constexpr std::size_t kArenaBytes = std::size_t{1} << 18;
+
+struct Arena {
+  alignas(64) std::byte bytes[kArenaBytes];
+};
+
+// Decodes the views and options of one call.
+class Decoder {
+ public:
+  Decoder(FuzzedDataProvider& f, Arena& arena) : f_(f), arena_(arena) {}
+
+  DType dtype() { return static_cast<DType>(f_.ConsumeIntegralInRange<int>(0, 2)); }
+
+  // Mostly small, sometimes a dim near the limits of int64 arithmetic.
+  std::int64_t dim(std::int64_t small_max) {
+    switch (f_.ConsumeIntegralInRange<int>(0, 31)) {
+      case 0:
+        return std::int64_t{1} << f_.ConsumeIntegralInRange<int>(20, 62);
+      case 1:
+        return f_.ConsumeIntegral<std::int64_t>();
+      case 2:
+        return 0;
+      default:
+        return f_.ConsumeIntegralInRange<std::int64_t>(1, small_max);
+    }
+  }
+
+  // A view of `rank` dims with last dim `d` (a dim of its own when d == 0).
+  TensorView view(DType t, int rank, const std::int64_t* shape) {
+    TensorView v;
+    v.dtype = t;
+    v.rank = rank;
+    std::int64_t step = 1;
+    for (int i = rank - 1; i >= 0; --i) {
+      v.shape[i] = shape[i];
+      switch (f_.ConsumeIntegralInRange<int>(0, 15)) {
+        case 0:
+          v.strides[i] = f_.ConsumeIntegralInRange<std::int64_t>(0, 64);
+          break;
+        case 1:
+          v.strides[i] = std::int64_t{1} << f_.ConsumeIntegralInRange<int>(16, 62);
+          break;
+        case 2:
+          v.strides[i] = f_.ConsumeIntegral<std::int64_t>();
+          break;
+        default:
+          v.strides[i] = step;
+      }
+      const __int128 next = static_cast<__int128>(step) * (shape[i] > 0 ? shape[i] : 1);
+      step = next < (__int128{1} << 62) ? static_cast<std::int64_t>(next) : step;
+    }
+    std::size_t offset = f_.ConsumeIntegralInRange<std::size_t>(0, kArenaBytes / 2);
+    if (f_.ConsumeIntegralInRange<int>(0, 15) != 0) offset -= offset % dtype_size(t);
+    v.data = arena_.bytes + offset;
+    return v;
+  }
+
+  TensorView same_shape(DType t, const ConstTensorView& like) {
+    return view(t, like.rank, like.shape.data());
+  }
+
+  std::optional<ConstTensorView> weight(std::int64_t d) {
+    if (!f_.ConsumeBool()) return std::nullopt;
+    return view(dtype(), 1, &d);
+  }
+  float eps() {
+    switch (f_.ConsumeIntegralInRange<int>(0, 7)) {
+      case 0:
+        return f_.ConsumeFloatingPoint<float>();
+      case 1:
+        return 0.0f;
+      default:
+        return 1e-6f;
+    }
+  }
+  NormMode mode() { return f_.ConsumeBool() ? NormMode::Diffusers : NormMode::Single; }
+  RopeOptions rope() {
+    return {f_.ConsumeBool() ? Pairing::Half : Pairing::Interleaved,
+            f_.ConsumeBool() ? Layout::BSHD : Layout::BHSD};
+  }
+  bool coin() { return f_.ConsumeBool(); }
+  std::int64_t small(std::int64_t lo, std::int64_t hi) {
+    return f_.ConsumeIntegralInRange<std::int64_t>(lo, hi);
+  }
+
+ private:
+  FuzzedDataProvider& f_;
+  Arena& arena_;
+};
+
+// Whether every element `v` can touch lies in the arena (overflow-safe).
+bool inside(const ConstTensorView& v, const Arena& arena) {
+  __int128 first = 0;
+  __int128 last = 0;
+  for (int i = 0; i < v.rank; ++i) {
+    if (v.shape[i] <= 0) return false;
+    const __int128 span = static_cast<__int128>(v.shape[i] - 1) * v.strides[i];
+    (span < 0 ? first : last) += span;
+  }
+  const auto* base = static_cast<const std::byte*>(v.data);
+  const __int128 begin = (base - arena.bytes) + first * static_cast<__int128>(dtype_size(v.dtype));
+  const __int128 end =
+      (base - arena.bytes) + (last + 1) * static_cast<__int128>(dtype_size(v.dtype));
+  return begin >= 0 && end <= static_cast<__int128>(kArenaBytes);
+}
+
+// One decoded call: the tensors it names and how to make it.
+struct Call {
+  std::vector<ConstTensorView> views;
+  std::function<void()> run;       // through the public API
+  std::function<void()> validate;  // the validation alone (detail::make_*)
+};
+
+Call decode(FuzzedDataProvider& f, Arena& arena) {
+  Decoder in(f, arena);
+  Call call;
+  const int op = f.ConsumeIntegralInRange<int>(0, 5);
+  const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
+  const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
+  const auto add = [&](const auto& v) {
+    if (v) call.views.push_back(*v);
+  };
+  if (op <= 1) {  // qk_rmsnorm
+    const int rank = static_cast<int>(in.small(1, 4));
+    std::int64_t shape[4] = {in.dim(4), in.dim(5), in.dim(3), d};
+    std::int64_t* dims = shape + (4 - rank);
+    const TensorView x = in.view(in.dtype(), rank, dims);
+    const auto weight = in.weight(d);
+    const RmsNormOptions options{in.eps(), in.mode()};
+    const TensorView out = in.coin() ? x : in.same_shape(in.dtype(), x);
+    call.views = {x, out};
+    add(weight);
+    if (op == 0) {
+      call.run = [=] { qk_rmsnorm_forward(x, weight, out, options); };
+      call.validate = [=] { detail::make_rmsnorm_forward(x, weight, out, options); };
+    } else {
+      const TensorView dy = in.same_shape(in.dtype(), x);
+      std::optional<TensorView> dw;
+      if (weight && in.coin()) dw = in.view(in.dtype(), 1, &d);
+      call.views.push_back(dy);
+      add(dw);
+      call.run = [=] { qk_rmsnorm_backward(x, dy, weight, out, dw, options); };
+      call.validate = [=] { detail::make_rmsnorm_backward(x, dy, weight, out, dw, options); };
+    }
+    return call;
+  }
+  const RopeOptions rope = in.rope();
+  const std::int64_t batch = in.dim(3), seq = in.dim(6), heads = in.dim(3), k_heads = in.dim(3);
+  const auto stored = [&](std::int64_t h) {
+    return rope.layout == Layout::BSHD ? std::vector<std::int64_t>{batch, seq, h, d}
+                                       : std::vector<std::int64_t>{batch, h, seq, d};
+  };
+  const std::int64_t table_shape[2] = {seq, d / 2};
+  const TensorView cos = in.view(DType::F32, 2, table_shape);
+  const TensorView sin = in.view(DType::F32, 2, table_shape);
+  const DType activations = in.dtype();
+  const TensorView q = in.view(activations, 4, stored(heads).data());
+  call.views = {q, cos, sin};
+  if (op <= 3) {  // multi_axis_rope
+    const TensorView out = in.coin() ? q : in.same_shape(in.dtype(), q);
+    call.views.push_back(out);
+    if (op == 2) {
+      call.run = [=] { multi_axis_rope_forward(q, cos, sin, out, rope); };
+    } else {
+      call.run = [=] { multi_axis_rope_backward(q, cos, sin, out, rope); };
+    }
+    call.validate = [=] { detail::make_rope(q, cos, sin, out, rope, op == 3, "x", "y"); };
+    return call;
+  }
+  const TensorView k = in.view(activations, 4, stored(k_heads).data());
+  QkNormWeights weights{in.weight(d), in.weight(d), in.weight(d), in.weight(d)};
+  const QkNormRopeOptions options{
+      in.eps(), in.mode(), rope.pairing, rope.layout,
+      in.small(-1, seq > 0 && seq < (std::int64_t{1} << 40) ? seq + 1 : 8)};
+  call.views.push_back(k);
+  for (const auto& w : {weights.text_q, weights.text_k, weights.image_q, weights.image_k}) add(w);
+  const bool in_place = in.coin();
+  const DType out_dtype = in.dtype();
+  if (op == 4) {
+    const TensorView q_out = in_place ? q : in.same_shape(out_dtype, q);
+    const TensorView k_out = in_place ? k : in.same_shape(out_dtype, k);
+    call.views.push_back(q_out);
+    call.views.push_back(k_out);
+    call.run = [=] { qk_norm_rope_forward(q, k, weights, cos, sin, q_out, k_out, options); };
+    call.validate = [=] {
+      detail::make_qk_norm_rope_forward(q, k, weights, cos, sin, q_out, k_out, options);
+    };
+    return call;
+  }
+  const TensorView dq_out = in.same_shape(activations, q);
+  const TensorView dk_out = in.same_shape(activations, k);
+  const TensorView dq = in_place ? dq_out : in.same_shape(out_dtype, q);
+  const TensorView dk = in_place ? dk_out : in.same_shape(out_dtype, k);
+  QkNormWeightGrads grads;
+  for (auto [w, g] :
+       {std::pair{&weights.text_q, &grads.text_q}, std::pair{&weights.text_k, &grads.text_k},
+        std::pair{&weights.image_q, &grads.image_q}, std::pair{&weights.image_k, &grads.image_k}}) {
+    if (*w && in.coin()) *g = in.view(in.dtype(), 1, &d);
+  }
+  for (const TensorView& v : {dq_out, dk_out, dq, dk}) call.views.push_back(v);
+  for (const auto& g : {grads.text_q, grads.text_k, grads.image_q, grads.image_k}) add(g);
+  call.run = [=] {
+    qk_norm_rope_backward(q, k, dq_out, dk_out, weights, cos, sin, dq, dk, grads, options);
+  };
+  call.validate = [=] {
+    detail::make_qk_norm_rope_backward(q, k, dq_out, dk_out, weights, cos, sin, dq, dk, grads,
+                                       options);
+  };
+  return call;
+}
+
+[[noreturn]] void finding(const std::string& what) {
+  std::fprintf(stderr, "ops_fuzz: %s\n", what.c_str());
+  std::abort();
+}
+
+// Runs the call under `backend` on a fresh copy of `start`; true when validation accepted.
+bool run_on(const std::string& backend, Isa isa, int threads, const Call& call, Arena& arena,
+            const Arena& start) {
+  std::memcpy(arena.bytes, start.bytes, kArenaBytes);
+  set_backend(backend);
+  if (backend == "simd") {
+    set_isa(isa);
+    set_num_threads(threads);
+  }
+  try {
+    call.run();
+    return true;
+  } catch (const Error&) {
+    if (std::memcmp(arena.bytes, start.bytes, kArenaBytes) != 0) {
+      finding("a rejected call on " + backend + " wrote into the arena");
+    }
+    return false;
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const registry::ScopedRegistration emulated(cuda::emulation::emulated_cuda_backend());
+  static Arena* const arena = new Arena;
+  static Arena* const start = new Arena;
+  static Arena* const expected = new Arena;
+  FuzzedDataProvider f(data, size);
+  // The arena's contents: fuzzed bytes, repeated (every bit pattern: NaNs, Infs, ...).
+  const std::vector<std::uint8_t> fill = f.ConsumeBytes<std::uint8_t>(64);
+  for (std::size_t i = 0; i < kArenaBytes; ++i) {
+    start->bytes[i] = std::byte{fill.empty() ? std::uint8_t(i * 131) : fill[i % fill.size()]};
+  }
+  const Call call = decode(f, *arena);
+  bool all_inside = true;
+  for (const ConstTensorView& v : call.views) all_inside = all_inside && inside(v, *arena);
+  if (!all_inside) {
+    // Views never allocated whole: validation only, which must touch no memory.
+    std::memcpy(arena->bytes, start->bytes, kArenaBytes);
+    try {
+      call.validate();
+    } catch (const Error&) {
+    }
+    if (std::memcmp(arena->bytes, start->bytes, kArenaBytes) != 0) finding("validation wrote");
+    return 0;
+  }
+  if (!run_on("reference", Isa::Portable, 1, call, *arena, *start)) {
+    for (const char* other : {"simd", "cuda-emulated"}) {
+      if (run_on(other, best_isa(), 2, call, *arena, *start)) {
+        finding(std::string(other) + " accepted a call the reference refused");
+      }
+    }
+    return 0;
+  }
+  std::memcpy(expected->bytes, arena->bytes, kArenaBytes);
+  const auto compare = [&](const std::string& name) {
+    if (std::memcmp(arena->bytes, expected->bytes, kArenaBytes) != 0) {
+      finding(name + " wrote other bytes than the reference");
+    }
+  };
+  for (Isa isa = Isa::Portable; isa <= best_isa();
+       isa = static_cast<Isa>(static_cast<int>(isa) + 1)) {
+    for (const int threads : {1, 3}) {
+      if (!run_on("simd", isa, threads, call, *arena, *start)) {
+        finding("simd refused a call the reference accepted");
+      }
+      compare(std::string("simd/") + isa_name(isa) + "/" + std::to_string(threads));
+    }
+  }
+  if (!run_on("cuda-emulated", Isa::Portable, 1, call, *arena, *start)) {
+    finding("cuda-emulated refused a call the reference accepted");
+  }
+  compare("cuda-emulated");
+  return 0;
+}
