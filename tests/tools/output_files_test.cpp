@@ -195,5 +195,26 @@ TEST_F(OutputFiles, AFailedWriteLeavesTheOldFileAndNoTemporary) {
   EXPECT_EQ(entries(), std::vector<std::string>{"y.npy"});
 }
 
+// The directory of an output vanishes after its temporary was written, before the rename
+// (a FIFO output, written through in between, holds write_outputs there until the test
+// has removed the directory): an Error naming that output's flag, nothing left behind.
+TEST_F(OutputFiles, AnOutputDirectoryThatVanishesIsAnError) {
+  fs::create_directory(path("vanishing"));
+  ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0644), 0) << std::strerror(errno);
+  std::string received;
+  std::thread remover([&] {
+    // The temporary appears first (regular outputs are written before write-throughs).
+    while (fs::is_empty(path("vanishing"))) std::this_thread::yield();
+    fs::remove_all(path("vanishing"));
+    received = slurp(path("pipe"));  // lets the write-through proceed
+  });
+  expect_refused({{"--dx", path("vanishing/dx.npy"), bytes_of("regular")},
+                  {"--dw", path("pipe"), bytes_of("through")}},
+                 "--dx", std::strerror(ENOENT));
+  remover.join();
+  EXPECT_FALSE(fs::exists(path("vanishing")));
+  EXPECT_EQ(received, "through");  // a written-through output is not atomic (documented)
+}
+
 }  // namespace
 }  // namespace kernel_align::cli
