@@ -165,6 +165,26 @@ struct FastRope {
 
 // ---- the ops ---------------------------------------------------------------------
 
+// The fields of a norm kernel's stream (NormForwardParams, NormBackwardParams) that come
+// from its input x, weight and options.
+template <class Stream>
+void set_norm(Stream& s, const ConstTensorView& x, const std::optional<ConstTensorView>& weight,
+              int d, const RmsNormOptions& norm) {
+  s.x = row_tensor(x);
+  s.weight = weight_vector(weight);
+  s.rows = detail::row_count(x);
+  s.d = d;
+  s.eps = norm.eps;
+  s.mode = norm.mode;
+}
+
+// Whether a stream can join a fast launch of dtype `io` and rounding `round_to`.
+inline bool joins_fast(std::initializer_list<ConstTensorView> tensors, const RmsNormOptions& norm,
+                       const std::optional<ConstTensorView>& weight, DType io, DType round_to) {
+  return fast_tensors(tensors) && tensors.begin()->dtype == io &&
+         rounding(norm.mode, weight) == round_to;
+}
+
 // Launches the forward kernel over `streams` (one for qk_rmsnorm, the fused op's
 // streams), fast when every stream can take it with one dtype and one rounding.
 template <class Executor>
@@ -185,13 +205,8 @@ void rmsnorm_forward(const detail::RmsNormForwardProblem& p, Executor& exec) {
   StreamsParams<NormForwardParams> streams;
   streams.count = 1;
   NormForwardParams& s = streams.streams[0];
-  s.x = row_tensor(p.x);
+  set_norm(s, p.x, p.weight, p.d, p.options);
   s.y = out_row_tensor(p.y);
-  s.weight = weight_vector(p.weight);
-  s.rows = detail::row_count(p.x);
-  s.d = p.d;
-  s.eps = p.options.eps;
-  s.mode = p.options.mode;
   norm_forward(streams, s.rows, fast_tensors({p.x, p.y}), p.x.dtype,
                rounding(p.options.mode, p.weight), "rmsnorm_forward", exec);
 }
@@ -220,18 +235,12 @@ void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, Executor& e
   const DType round_to = rounding(p.streams.front().norm.mode, p.streams.front().weight);
   for (const detail::NormRopeForwardProblem& stream : p.streams) {
     NormForwardParams& s = streams.streams[streams.count++];
-    s.x = row_tensor(stream.x);
+    set_norm(s, stream.x, stream.weight, stream.d, stream.norm);
     s.y = out_row_tensor(stream.y);
-    s.weight = weight_vector(stream.weight);
-    s.rows = detail::row_count(stream.x);
-    s.d = stream.d;
-    s.eps = stream.norm.eps;
-    s.mode = stream.norm.mode;
     s.rope = true;
     s.tables = tables_of(stream.cos, stream.sin, stream.x, stream.seq_offset, stream.rope, false);
     max_rows = std::max(max_rows, s.rows);
-    fast = fast && fast_tensors({stream.x, stream.y}) && stream.x.dtype == io &&
-           rounding(stream.norm.mode, stream.weight) == round_to;
+    fast = fast && joins_fast({stream.x, stream.y}, stream.norm, stream.weight, io, round_to);
   }
   norm_forward(streams, max_rows, fast, io, round_to, "qk_norm_rope_forward", exec);
 }
@@ -288,14 +297,9 @@ void rmsnorm_backward(const detail::RmsNormBackwardProblem& p, Executor& exec) {
   StreamsParams<NormBackwardParams> streams;
   streams.count = 1;
   NormBackwardParams& s = streams.streams[0];
-  s.x = row_tensor(p.x);
+  set_norm(s, p.x, p.weight, p.d, p.options);
   s.dy = row_tensor(p.dy);
   s.dx = out_row_tensor(p.dx);
-  s.weight = weight_vector(p.weight);
-  s.rows = detail::row_count(p.x);
-  s.d = p.d;
-  s.eps = p.options.eps;
-  s.mode = p.options.mode;
   norm_backward(streams, {p.dw}, fast_tensors({p.x, p.dy, p.dx}), p.x.dtype,
                 rounding(p.options.mode, p.weight), "rmsnorm_backward", exec);
 }
@@ -311,19 +315,14 @@ void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, Executor&
   const DType round_to = rounding(p.streams.front().norm.mode, p.streams.front().weight);
   for (const detail::NormRopeBackwardProblem& stream : p.streams) {
     NormBackwardParams& s = streams.streams[streams.count++];
-    s.x = row_tensor(stream.x);
+    set_norm(s, stream.x, stream.weight, stream.d, stream.norm);
     s.dy = row_tensor(stream.dy);
     s.dx = out_row_tensor(stream.dx);
-    s.weight = weight_vector(stream.weight);
-    s.rows = detail::row_count(stream.x);
-    s.d = stream.d;
-    s.eps = stream.norm.eps;
-    s.mode = stream.norm.mode;
     s.rope = true;
     s.tables = tables_of(stream.cos, stream.sin, stream.x, stream.seq_offset, stream.rope, true);
     dws.push_back(stream.dw);
-    fast = fast && fast_tensors({stream.x, stream.dy, stream.dx}) && stream.x.dtype == io &&
-           rounding(stream.norm.mode, stream.weight) == round_to;
+    fast = fast &&
+           joins_fast({stream.x, stream.dy, stream.dx}, stream.norm, stream.weight, io, round_to);
   }
   norm_backward(streams, dws, fast, io, round_to, "qk_norm_rope_backward", exec);
 }
