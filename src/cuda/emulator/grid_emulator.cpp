@@ -76,7 +76,8 @@ void switch_context(Context& from, Context& to) {
 // six zeroed registers, then `entry` as the return address (16-byte aligned, so that
 // entry starts with the stack the ABI gives a called function).
 void make_context(Context& c, unsigned char* stack, std::size_t size, void (*entry)()) {
-  const std::uintptr_t top = (reinterpret_cast<std::uintptr_t>(stack) + size) & ~std::uintptr_t{15};
+  unsigned char* top = stack + size;
+  top -= reinterpret_cast<std::uintptr_t>(top) % 16;
   auto* return_slot = reinterpret_cast<std::uint64_t*>(top - 16);
   return_slot[1] = 0;  // entry never returns
   return_slot[0] = reinterpret_cast<std::uint64_t>(entry);
