@@ -77,48 +77,12 @@ class CudaMatchesReference : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(CudaMatchesReference, EveryModePairingLayoutAndHeadDim) {
   KA_SKIP_WITHOUT_BACKEND();
   const MatrixParam p = GetParam();
-  const bool norm = test::uses_norm(p.op);
-  const bool rope = test::uses_rope(p.op);
-  const std::vector<NormMode> modes =
-      norm ? std::vector<NormMode>{NormMode::Single, NormMode::Diffusers}
-           : std::vector<NormMode>{NormMode::Single};
-  const std::vector<Pairing> pairings =
-      rope ? std::vector<Pairing>{Pairing::Half, Pairing::Interleaved}
-           : std::vector<Pairing>{Pairing::Interleaved};
-  const std::vector<Layout> layouts =
-      rope ? std::vector<Layout>{Layout::BSHD, Layout::BHSD} : std::vector<Layout>{Layout::BSHD};
-  std::vector<std::optional<DType>> dws{std::nullopt};
-  if (test::is_backward(p.op) && p.weight) {
-    dws = {DType::F32};
-    if (*p.weight != DType::F32) dws.push_back(*p.weight);
-  }
   Rng rng(20261201);
-  for (std::int64_t d : {2, 18, 40, 128}) {
-    for (NormMode mode : modes) {
-      for (Pairing pairing : pairings) {
-        for (Layout layout : layouts) {
-          for (const std::optional<DType>& dw : dws) {
-            CaseSpec c;
-            c.in = p.in;
-            c.out = p.out;
-            c.weight = p.weight;
-            c.dw = dw;
-            c.mode = mode;
-            c.pairing = pairing;
-            c.layout = layout;
-            c.batch = 2;
-            c.seq = d == 128 ? 45 : 7;  // D = 128: a dw block of 256 rows and a short one
-            c.heads = 3;
-            c.k_heads = 2;
-            c.d = d;
-            c.text_len = 3;
-            SCOPED_TRACE(c.name());
-            test::with_case(p.op, c, rng, [&](const auto& one) { expect_matches_reference(one); });
-          }
-        }
-      }
-    }
-  }
+  // D = 128: a dw block of 256 rows and a short one.
+  test::for_each_matrix_case(
+      p.op, p.in, p.out, p.weight, {2, 18, 40, 128},
+      [](std::int64_t d) { return d == 128 ? 45 : 7; }, rng,
+      [&](const auto& one) { expect_matches_reference(one); });
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, CudaMatchesReference, ::testing::ValuesIn(all_params()),

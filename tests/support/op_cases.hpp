@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -515,6 +516,60 @@ void with_case(OpKind op, const CaseSpec& c, Rng& rng, const F& f) {
       f(make_fused_backward(c, rng));
       return;
   }
+}
+
+// The backend matrix of one op and dtype pairing: for each head dim in `head_dims`,
+// every norm mode, pairing and layout the op has and every weight-gradient dtype
+// (fp32, and the weight's own when it differs) of a backward op with a weight, builds
+// the case (batch 2, 3 query / 2 key heads, 3 text tokens, seq_of(d) image tokens;
+// random data from `rng`) and calls f(the case). Returns how many cases it built.
+template <class SeqOf, class F>
+int for_each_matrix_case(OpKind op, DType in, DType out, std::optional<DType> weight,
+                         std::initializer_list<std::int64_t> head_dims, const SeqOf& seq_of,
+                         Rng& rng, const F& f) {
+  const std::vector<NormMode> modes =
+      uses_norm(op) ? std::vector<NormMode>{NormMode::Single, NormMode::Diffusers}
+                    : std::vector<NormMode>{NormMode::Single};
+  const std::vector<Pairing> pairings =
+      uses_rope(op) ? std::vector<Pairing>{Pairing::Half, Pairing::Interleaved}
+                    : std::vector<Pairing>{Pairing::Interleaved};
+  const std::vector<Layout> layouts = uses_rope(op)
+                                          ? std::vector<Layout>{Layout::BSHD, Layout::BHSD}
+                                          : std::vector<Layout>{Layout::BSHD};
+  std::vector<std::optional<DType>> dws{std::nullopt};
+  if (is_backward(op) && weight) {
+    dws = {DType::F32};
+    if (*weight != DType::F32) dws.push_back(*weight);
+  }
+  int cases = 0;
+  for (std::int64_t d : head_dims) {
+    for (NormMode mode : modes) {
+      for (Pairing pairing : pairings) {
+        for (Layout layout : layouts) {
+          for (const std::optional<DType>& dw : dws) {
+            CaseSpec c;
+            c.in = in;
+            c.out = out;
+            c.weight = weight;
+            c.dw = dw;
+            c.mode = mode;
+            c.pairing = pairing;
+            c.layout = layout;
+            c.batch = 2;
+            c.seq = seq_of(d);
+            c.heads = 3;
+            c.k_heads = 2;
+            c.d = d;
+            c.text_len = 3;
+            SCOPED_TRACE(c.name());
+            with_case(op, c, rng, f);
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  return cases;
 }
 
 // ---------------------------------------------------------------------------
