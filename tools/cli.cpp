@@ -11,10 +11,10 @@
 #include <string_view>
 
 #include "commands.hpp"
-#include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
 #include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
+#include "kernel_align/version.hpp"
 #include "messages.hpp"
 #include "output_files.hpp"
 #include "run.hpp"
@@ -60,8 +60,8 @@ std::string command_words(bool apply_operations) {
 }
 
 std::string version_line() {
-  return std::string("kernel-align ") + KERNEL_ALIGN_PROJECT_VERSION + " (" +
-         contract::kVersionString + ")";
+  return std::string("kernel-align ") + kernel_align::version() + " (" +
+         kernel_align::contract_version() + ")";
 }
 
 void print_usage(std::ostream& out, const Command& c) {

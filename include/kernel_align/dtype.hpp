@@ -7,16 +7,21 @@
 
 namespace kernel_align {
 
+// The dtype of a TensorView's elements. Any op accepts any of the three for its tensors,
+// except the cos/sin tables, which are F32 (an Error names them otherwise).
 enum class DType : std::uint8_t {
   F32,   // IEEE binary32
   BF16,  // bfloat16, stored as its 16-bit pattern
   F16,   // IEEE binary16, stored as its 16-bit pattern
 };
 
+// Bytes per element: 4 for F32, 2 for BF16 and F16. Data pointers must be aligned to it.
 constexpr std::size_t dtype_size(DType t) {
   return t == DType::F32 ? 4 : 2;
 }
 
+// "fp32", "bf16", "fp16": the names of messages, the trace and the CLI ("?" for a value
+// outside the enum).
 constexpr const char* dtype_name(DType t) {
   switch (t) {
     case DType::F32:

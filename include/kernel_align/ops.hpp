@@ -12,58 +12,43 @@
 #include <optional>
 #include <string>
 
-#include "kernel_align/contract/rmsnorm.hpp"
+#include "kernel_align/options.hpp"
 #include "kernel_align/tensor.hpp"
 
 namespace kernel_align {
 
-using contract::NormMode;
-
-inline constexpr int kMaxHeadDim = 4096;
-
-struct RmsNormOptions {
-  float eps = 1e-6f;
-  NormMode mode = NormMode::Single;
-};
-
 // y = qk_rmsnorm(x) over the last dim D (even, 2..4096). x: 1-4-D, any dtype.
 // weight: 1-D [D] or absent. y: the shape of x, any dtype (its dtype is the
 // output dtype). y may be x itself (same data, strides and dtype); any other
-// overlap of y with an input is rejected.
+// overlap of y with an input is rejected. Errors name x (rank, D, empty, strides,
+// alignment), weight (rank, length), y (shape, overlap), eps (not finite or < 0) or, for
+// tensors on two devices or a call no backend can run, the tensor or "backend".
 void qk_rmsnorm_forward(const ConstTensorView& x, const std::optional<ConstTensorView>& weight,
                         const TensorView& y, const RmsNormOptions& options = {},
                         const ExecutionContext& context = {});
 
 // dx (shape of x) and, when a weight is given and dw is asked for, dw ([D]) from
 // the upstream gradient dy (shape of x). The mode only affects dw, which sums
-// dy * (the normalised value the forward multiplied by the weight).
+// dy * (the normalised value the forward multiplied by the weight) over all rows in
+// fixed 256-row blocks (docs/contract.md section 3). Any dtypes. dx may be x or dy itself;
+// dw must overlap nothing. Errors as the forward, and dy or dx (shape of x), dw (given
+// without a weight, or not of the weight's shape).
 void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
                          const std::optional<ConstTensorView>& weight, const TensorView& dx,
                          const std::optional<TensorView>& dw, const RmsNormOptions& options = {},
                          const ExecutionContext& context = {});
 
-enum class Pairing : unsigned char {
-  Half,         // (x[i], x[i + D/2]): rotate-half, the seed
-  Interleaved,  // (x[2i], x[2i + 1]): adjacent pairs, diffusers' Qwen-Image
-};
-
-enum class Layout : unsigned char {
-  BSHD,  // [batch, sequence, heads, head_dim]: diffusers
-  BHSD,  // [batch, heads, sequence, head_dim]
-};
-
-struct RopeOptions {
-  Pairing pairing = Pairing::Interleaved;
-  Layout layout = Layout::BSHD;
-};
-
 // y = multi_axis_rope(x). x and y: 4-D in `layout`; the sequence dim (and only it)
 // selects the table row. cos, sin: fp32 [S, D/2], column i for pair i. y may be x.
+// x and y any dtype (y's is the output's). Errors name x (rank, D), y (shape of x,
+// overlap), cos or sin (not fp32 [S, D/2] for the S of x in `layout`).
 void multi_axis_rope_forward(const ConstTensorView& x, const ConstTensorView& cos,
                              const ConstTensorView& sin, const TensorView& y,
                              const RopeOptions& options, const ExecutionContext& context = {});
 
-// dx = transpose rotation of dy.
+// dx = transpose rotation of dy (the rotation by -angle): the gradient of
+// multi_axis_rope_forward with the same tables and options. dy, dx: 4-D in `layout`, any
+// dtypes; dx may be dy. Errors as the forward, naming dy and dx.
 void multi_axis_rope_backward(const ConstTensorView& dy, const ConstTensorView& cos,
                               const ConstTensorView& sin, const TensorView& dx,
                               const RopeOptions& options, const ExecutionContext& context = {});
@@ -75,22 +60,20 @@ struct QkNormWeights {
   std::optional<ConstTensorView> text_q, text_k, image_q, image_k;
 };
 
+// The gradients of QkNormWeights, outputs of qk_norm_rope_backward: a present one is
+// computed (its weight must be present, same shape), an absent one is not. None may
+// overlap another tensor of the call.
 struct QkNormWeightGrads {
   std::optional<TensorView> text_q, text_k, image_q, image_k;
-};
-
-struct QkNormRopeOptions {
-  float eps = 1e-6f;
-  NormMode mode = NormMode::Diffusers;
-  Pairing pairing = Pairing::Interleaved;
-  Layout layout = Layout::BSHD;
-  std::int64_t text_len = 0;  // leading sequence positions that are text
 };
 
 // q_out = rope(qk_rmsnorm(q)), k_out likewise, in one pass over memory; bytes equal to
 // qk_rmsnorm_forward into a tensor of q_out's dtype (text and image positions with
 // their weights) followed by multi_axis_rope_forward. q and k: 4-D in the layout, the
-// same B, S and D (head counts may differ); q_out may be q, k_out may be k.
+// same B, S and D (head counts may differ); q_out may be q, k_out may be k. cos, sin:
+// fp32 [S, D/2]; weights: [D] each, any dtype. Errors name q, k (shape), q_out, k_out
+// (shape, overlap), cos, sin, text_len (not 0..S), weights.text_q etc. (rank, length,
+// overlap with an output) and eps.
 void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
                           const QkNormWeights& weights, const ConstTensorView& cos,
                           const ConstTensorView& sin, const TensorView& q_out,
@@ -99,7 +82,11 @@ void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
 
 // Gradients of qk_norm_rope_forward: bytes equal to multi_axis_rope_backward of dq_out
 // into a tensor of dq_out's dtype, then qk_rmsnorm_backward over the text and image
-// positions separately (each with its own dw partition). dq may be dq_out.
+// positions separately (each with its own dw partition). dq may be dq_out or q, dk may be
+// dk_out or k. q, k: the forward's inputs (shapes of dq_out, dk_out); dq, dk: their
+// shapes. A weight gradient of a stream without positions (text_len 0 or S) is +0.
+// Errors as the forward, and weight_grads.text_q etc. (without their weight, or not of
+// its shape).
 void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
                            const ConstTensorView& dq_out, const ConstTensorView& dk_out,
                            const QkNormWeights& weights, const ConstTensorView& cos,
@@ -111,11 +98,7 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`
 // when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value
 // (eps = 1e-50 would become 0 and a zero row NaN). The one rule of every front end for
-// eps and theta.
+// eps and theta. Zero and negative values pass (the op's own check decides).
 float fp32_option(const std::string& argument, double value);
-
-const char* pairing_name(Pairing p);
-const char* layout_name(Layout l);
-const char* norm_mode_name(NormMode m);
 
 }  // namespace kernel_align

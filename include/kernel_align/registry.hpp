@@ -21,20 +21,25 @@
 
 namespace kernel_align {
 
+// The ops of ops.hpp (qk_rmsnorm, multi_axis_rope, qk_norm_rope) and their two
+// directions: the registry's keys, with the platform.
 enum class OpType : unsigned char { QkRmsNorm, MultiAxisRope, QkNormRope };
 enum class Direction : unsigned char { Forward, Backward };
 
+// "qk_rmsnorm", "multi_axis_rope", "qk_norm_rope"; "forward", "backward" (trace records).
 const char* op_type_name(OpType op);
 const char* direction_name(Direction d);
 
 // Forces backend `name` as the first choice of every call ("" restores the platform's
-// own order). An unknown name is an Error listing the valid ones.
+// own order). An unknown name is an Error naming "backend" and listing the valid ones.
+// A forced backend that cannot run a call falls back (or fails in strict mode).
 void set_backend(std::string_view name);
-std::string backend_override();  // "" when none
+std::string backend_override();  // the name set_backend forced; "" when none
 // Every registered backend name, in registration order.
 std::vector<std::string> backend_names();
 
-// Strict mode: a call its first-choice backend cannot run fails with the reason.
+// Strict mode: a call its first-choice backend cannot run fails with the reason (an Error
+// naming "backend") instead of falling back. Off by default; KERNEL_ALIGN_STRICT=0|1.
 void set_strict(bool on);
 bool strict();
 
@@ -46,19 +51,21 @@ bool strict();
 void set_host_fallback(bool on);
 bool host_fallback();
 
-// Calls that ran on a backend other than their first choice, since the start.
+// Calls that ran on a backend other than their first choice, since the start of the
+// process (all threads).
 std::uint64_t fallback_count();
 
 // Appends one JSON record per call to `path` (created if absent, never truncated: a
-// new session, docs/trace.md); "" stops.
+// new session, docs/trace.md); "" stops. A file that cannot be opened for appending is an
+// Error naming "trace" (tracing is then off).
 void set_trace_path(const std::string& path);
-std::string trace_path();
+std::string trace_path();  // the file being traced to; "" when tracing is off
 
 // What the last call made by this thread ran on, and why.
 struct CallReport {
-  std::string requested_backend;
-  std::string backend;
-  std::string isa;
+  std::string requested_backend;  // the first choice: the forced backend or the platform's first
+  std::string backend;            // the backend that ran the call
+  std::string isa;                // its path: "avx2", "portable", "scalar", "cuda", ...
   std::string fallback;  // "" unless it fell back: why the requested backend did not run it
   // Wall time of the backend running the call (its kernels and threads), without
   // validation, the registry's choice and tracing.
@@ -68,22 +75,28 @@ struct CallReport {
   // that a binding's overhead is measured against, paired call by call.
   double call_seconds = 0.0;
 };
+// The report of the calling thread's last op call (all fields empty or 0 before its
+// first); a call that threw leaves the previous report.
 CallReport last_call();
 
-// The registry as a table (kernel-align backends): one row per platform and op.
+// The registry as a table (kernel-align backends): one row per platform and op, each
+// listing its backends' status.
 struct BackendStatus {
-  std::string name;
-  bool available = false;
+  std::string name;                // as set_backend takes it
+  bool available = false;          // whether it can run here (a CUDA device seen, ...)
   std::string unavailable_reason;  // why not, when not available
   std::string isa_paths;           // e.g. "avx2 (best), portable"
   std::string supports;            // the declared capabilities, in words
-  std::string fingerprint;
+  std::string fingerprint;         // 16 hex digits of the backend's arithmetic (docs/trace.md)
 };
+// One row of the registry table: the backends of one platform and op.
 struct RegistryRow {
   Platform platform;
   OpType op;
   std::vector<BackendStatus> backends;  // in priority order; empty: none registered
 };
+// Every platform x op, platforms and ops in enum order (what `kernel-align backends`
+// prints); a row whose platform has no backend has none.
 std::vector<RegistryRow> registry_table();
 
 }  // namespace kernel_align

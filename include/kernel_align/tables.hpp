@@ -7,26 +7,33 @@
 
 namespace kernel_align {
 
+// The rotary embedding's axes and base: Qwen-Image's (16, 56, 56) and 10000 by default.
 struct RopeTableSpec {
-  std::vector<int> axes_dim{16, 56, 56};  // each even and positive; sum = head_dim D
-  float theta = 10000.0f;
+  // One dim per axis (frame, height, width), at least one axis; each even, 2 to 4096, the
+  // sum (the head dim D) at most 4096 (Error "spec.axes_dim[a]" or "spec.axes_dim").
+  std::vector<int> axes_dim{16, 56, 56};
+  float theta = 10000.0f;  // finite and > 0 (Error "spec.theta")
 };
 
+// The tables build_rope_tables returns, in the form the ops take (fp32 [S, D/2]).
 struct RopeTables {
   std::int64_t rows = 0;     // S
   std::int64_t columns = 0;  // D / 2
   std::vector<float> cos;    // [rows, columns] row-major
-  std::vector<float> sin;
+  std::vector<float> sin;    // [rows, columns] row-major
 };
 
 // positions: [rows, axes] row-major int32, one column per axis of `spec`.
 // Column c of axis a (offset o_a = sum of earlier dims / 2, i = c - o_a):
 //   e = fp32(2i) / fp32(dim_a); p = theta^e; inv = 1 / p; angle = fp32(pos) * inv;
 //   cos = cos(angle), sin = sin(angle); each step rounded once to fp32, nearest-even.
+// rows: 1 to 2^31 - 1 (Error "rows"), positions not null (Error "positions"), spec as above.
 RopeTables build_rope_tables(const std::int32_t* positions, std::int64_t rows,
                              const RopeTableSpec& spec = {});
 
-// The fp32 inverse frequency of column i of an axis of dimension `dim`.
+// The fp32 inverse frequency of column i of an axis of dimension `dim`: 1 / theta^(2i/dim),
+// as build_rope_tables computes it. Error naming dim (even, 2 to 4096), i (0 to dim/2 - 1)
+// or theta (finite, > 0).
 float rope_inverse_frequency(int i, int dim, float theta);
 
 }  // namespace kernel_align

@@ -14,26 +14,32 @@
 
 namespace kernel_align {
 
+// The largest rank a view has (the ops take 1 to 4 dims).
 inline constexpr int kMaxRank = 4;
 
+// The view, over `void*` (TensorView: an op's outputs) or `const void*` (ConstTensorView:
+// its inputs). A plain aggregate: nothing is checked until an op validates it (an Error
+// naming the argument for a rank, shape, stride, null or misaligned pointer it refuses).
 template <class Pointer>
 struct BasicTensorView {
-  Pointer data = nullptr;
+  Pointer data = nullptr;  // the first element; aligned to dtype_size(dtype)
   DType dtype = DType::F32;
-  int rank = 0;
-  std::array<std::int64_t, kMaxRank> shape{};
-  std::array<std::int64_t, kMaxRank> strides{};
+  int rank = 0;                                  // dims in use, 0 to kMaxRank
+  std::array<std::int64_t, kMaxRank> shape{};    // sizes of dims 0 .. rank-1 (ops: each > 0)
+  std::array<std::int64_t, kMaxRank> strides{};  // in elements, >= 0
   Device device{};  // where `data` points: host memory, or a CUDA device's
 
+  // The product of the sizes (1 for rank 0).
   std::int64_t numel() const {
     std::int64_t n = 1;
     for (int i = 0; i < rank; ++i) n *= shape[i];
     return n;
   }
+  // Size and stride of dim `dim`, negative counting from the last (-1); unchecked.
   std::int64_t size(int dim) const { return shape[dim < 0 ? rank + dim : dim]; }
   std::int64_t stride(int dim) const { return strides[dim < 0 ? rank + dim : dim]; }
 
-  // A row-major contiguous view.
+  // A row-major contiguous view of `shape` (at most kMaxRank sizes; unchecked).
   static BasicTensorView contiguous(Pointer data, DType dtype,
                                     std::initializer_list<std::int64_t> shape, Device device = {}) {
     BasicTensorView v;
@@ -60,9 +66,11 @@ struct BasicTensorView {
         shape(other.shape),
         strides(other.strides),
         device(other.device) {}
+  // An empty view: null data, rank 0, fp32 on the CPU.
   BasicTensorView() = default;
 };
 
+// The two views: writable (outputs) and read-only (inputs; a TensorView converts to it).
 using TensorView = BasicTensorView<void*>;
 using ConstTensorView = BasicTensorView<const void*>;
 
@@ -81,6 +89,6 @@ BasicTensorView<Pointer> narrow(BasicTensorView<Pointer> v, int dim, std::int64_
 // "[1, 7145, 24, 128] bf16 strides [21949440, 3072, 128, 1]" (with " on cuda:0" for a
 // view of device memory), for messages.
 std::string describe(const ConstTensorView& v);
-std::string shape_string(const ConstTensorView& v);
+std::string shape_string(const ConstTensorView& v);  // "[1, 7145, 24, 128]"
 
 }  // namespace kernel_align

@@ -20,6 +20,7 @@
 #include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 #include "kernel_align/tables.hpp"
+#include "kernel_align/version.hpp"
 #include "views.hpp"
 
 namespace kernel_align::torch_ext {
@@ -177,6 +178,14 @@ std::int64_t get_num_threads() {
   return translate_errors("get_num_threads", [] { return std::int64_t{num_threads()}; });
 }
 
+// The library's version (kernel_align.__version__ reads it) and the contract's.
+std::string library_version() {
+  return kernel_align::version();
+}
+std::string library_contract_version() {
+  return kernel_align::contract_version();
+}
+
 }  // namespace
 }  // namespace kernel_align::torch_ext
 
@@ -199,4 +208,6 @@ TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
   m.def("fallback_count() -> int", &ext::fallback_count);
   m.def("set_num_threads(int n) -> ()", &ext::set_num_threads);
   m.def("get_num_threads() -> int", &ext::get_num_threads);
+  m.def("version() -> str", &ext::library_version);
+  m.def("contract_version() -> str", &ext::library_contract_version);
 }

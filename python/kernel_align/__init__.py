@@ -1,13 +1,35 @@
 """kernel-align for PyTorch: bitwise-reproducible, batch-invariant QK RMSNorm and
 multi-axis RoPE (forward and backward) as ``torch.ops.kernel_align`` custom operators,
 running the C++ library's backends: the CPU's, and the CUDA backend on CUDA tensors where
-the extension was built with it (``HAS_CUDA``). See docs/python.md.
+the extension was built with it (``HAS_CUDA``). See docs/python.md and docs/api.md.
 
 The diffusers attention processor lives in ``kernel_align.diffusers`` (it imports
 diffusers, which this package does not require).
+
+Contents: the ops (``qk_rmsnorm``, ``multi_axis_rope``, ``multi_axis_rope_``,
+``qk_norm_rope``, ``qk_norm_rope_``: kernel_align.functional), their modules
+(``QkRmsNorm``, ``MultiAxisRope``: kernel_align.modules), positions and tables
+(``qwen_image_positions``, ``qwen_image_rope_positions``, ``rope_tables``:
+kernel_align.positions) and the runtime settings (``backends``, ``set_backend``,
+``strict``, ``trace_to``, ``last_call``, ...: kernel_align.runtime).
+
+Errors: what the C++ library refuses (``kernel_align::Error``) is a ``ValueError``
+"kernel_align.<op>: argument '<name>': expected ..., found ..."; an argument that is not
+a dense tensor, or a dtype other than fp32/bf16/fp16, is a ``TypeError``. A refused call
+writes nothing.
+
+Constants:
+    HAS_CUDA: bool, whether the extension runs CUDA tensors (built with the library's
+        CUDA backend for a CUDA build of torch); without it only CPU tensors are accepted.
+    __version__: str, the library's version "MAJOR.MINOR.PATCH" (CMakeLists.txt's
+        project(), read from the extension: ``kernel_align::version()``).
+    CONTRACT_VERSION: str, the arithmetic contract the results follow,
+        "kernel-align-contract/N" (docs/contract.md; ``kernel_align::contract_version()``).
+        A release that changes no result bit keeps it; a contract change bumps both.
 """
 
 from ._ops import HAS_CUDA  # loads the operators before anything uses them
+from ._ops import ops as _ops
 from .functional import multi_axis_rope, multi_axis_rope_, qk_norm_rope, qk_norm_rope_, qk_rmsnorm
 from .modules import MultiAxisRope, QkRmsNorm
 from .positions import qwen_image_positions, qwen_image_rope_positions, rope_tables
@@ -25,10 +47,14 @@ from .runtime import (
     trace_to,
 )
 
-__version__ = "0.1.0"
+# The library's version (CMakeLists.txt's project(), read from the extension) and the
+# version of the arithmetic contract its results follow (docs/contract.md).
+__version__: str = _ops.version()
+CONTRACT_VERSION: str = _ops.contract_version()
 
 __all__ = [
     "HAS_CUDA",
+    "CONTRACT_VERSION",
     "qk_rmsnorm",
     "multi_axis_rope",
     "multi_axis_rope_",

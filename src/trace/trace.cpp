@@ -19,8 +19,10 @@
 
 #include "core/json_text.hpp"
 #include "core/splitmix64.hpp"
+#include "kernel_align/contract/rmsnorm.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
+#include "kernel_align/version.hpp"
 #include "trace/digest.hpp"
 
 namespace kernel_align {
@@ -133,6 +135,7 @@ std::string record_body(const CallDescription& call, const registry::Choice& cho
                         const registry::Execution& exec, const FloatState& fs) {
   std::string r;
   r += field("contract", quoted(contract::kVersionString));
+  r += field("library", quoted(version()));
   r += field("op", quoted(op_type_name(call.op)));
   r += field("direction", quoted(direction_name(call.direction)));
   r += field("platform", quoted(platform_name(choice.backend->platform)));

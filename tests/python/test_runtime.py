@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 
 import torch
 
@@ -71,3 +73,12 @@ def test_last_call_times_the_backend_within_the_call(generator):
         whole = time.perf_counter() - start
         report = ka.last_call()
         assert 0.0 < report.backend_seconds <= report.call_seconds <= whole
+
+
+def test_version_is_the_projects():
+    """ka.__version__ comes from the extension, which has it from CMakeLists.txt's
+    project(): the one source of the version."""
+    cmake = (Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
+    project = re.search(r"project\(kernel_align VERSION ([0-9.]+)", cmake).group(1)
+    assert ka.__version__ == project
+    assert re.fullmatch(r"kernel-align-contract/[0-9]+", ka.CONTRACT_VERSION)

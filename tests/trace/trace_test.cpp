@@ -19,6 +19,7 @@
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/registry.hpp"
+#include "kernel_align/version.hpp"
 #include "support/op_cases.hpp"
 #include "support/runtime_guard.hpp"
 #include "support/tensors.hpp"
@@ -151,6 +152,7 @@ TEST_F(TraceFile, RecordHasTheDocumentedFields) {
   const std::string& r = lines[0];
   EXPECT_EQ(r.rfind("{\"seq\":0,", 0), 0u) << r;
   EXPECT_EQ(value_of(r, "contract"), std::string("\"") + contract::kVersionString + "\"");
+  EXPECT_EQ(value_of(r, "library"), "\"" KERNEL_ALIGN_VERSION_STRING "\"");
   EXPECT_EQ(value_of(r, "op"), "\"qk_norm_rope\"");
   EXPECT_EQ(value_of(r, "direction"), "\"forward\"");
   EXPECT_EQ(value_of(r, "platform"), "\"cpu\"");

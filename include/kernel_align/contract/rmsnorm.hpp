@@ -6,14 +6,12 @@
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/float_ops.hpp"
 #include "kernel_align/contract/row_tree.hpp"
+#include "kernel_align/options.hpp"
 
 namespace kernel_align::contract {
 
-// Which roundings the forward performs.
-enum class NormMode : unsigned char {
-  Single,     // y = out(x * rstd * w): one rounding, the seed's semantics
-  Diffusers,  // t = weight_dtype(x * rstd); y = out(t * w): diffusers' RMSNorm
-};
+// Which roundings the forward performs: the public option (options.hpp).
+using kernel_align::NormMode;
 
 // rstd = 1 / sqrt(sum_squares / D + eps), each step correctly rounded.
 KA_HD static inline float rms_rstd(float sum_squares, int d, float eps) {

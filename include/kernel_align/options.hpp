@@ -1,0 +1,59 @@
+// The options of the operators (ops.hpp): which roundings the norm performs, how RoPE
+// pairs and lays out elements, and the option structs the calls take. Plain enums and
+// aggregates: this header pulls in nothing of the library's arithmetic.
+#pragma once
+
+#include <cstdint>
+
+namespace kernel_align {
+
+// Largest head dimension D (the last dim) any op accepts; D is even, 2 to kMaxHeadDim.
+inline constexpr int kMaxHeadDim = 4096;
+
+// Which roundings the RMSNorm forward performs (docs/contract.md section 3).
+enum class NormMode : unsigned char {
+  Single,     // y = out(x * rstd * w): one rounding, the seed's semantics
+  Diffusers,  // t = weight_dtype(x * rstd); y = out(t * w): diffusers' RMSNorm
+};
+
+// Which elements RoPE rotates together.
+enum class Pairing : unsigned char {
+  Half,         // (x[i], x[i + D/2]): rotate-half, the seed
+  Interleaved,  // (x[2i], x[2i + 1]): adjacent pairs, diffusers' Qwen-Image
+};
+
+// The order of a 4-D q/k tensor's dims.
+enum class Layout : unsigned char {
+  BSHD,  // [batch, sequence, heads, head_dim]: diffusers
+  BHSD,  // [batch, heads, sequence, head_dim]
+};
+
+// qk_rmsnorm_forward / _backward.
+struct RmsNormOptions {
+  float eps = 1e-6f;                 // added to the mean square: finite and >= 0 (Error "eps")
+  NormMode mode = NormMode::Single;  // which roundings the forward (and so dw) performs
+};
+
+// multi_axis_rope_forward / _backward.
+struct RopeOptions {
+  Pairing pairing = Pairing::Interleaved;  // which elements rotate together
+  Layout layout = Layout::BSHD;            // which dim of x is the sequence (the table row)
+};
+
+// qk_norm_rope_forward / _backward: the norm's and RoPE's options, and how many leading
+// sequence positions are text (they take the text weights; the rest the image weights).
+struct QkNormRopeOptions {
+  float eps = 1e-6f;                       // as RmsNormOptions::eps
+  NormMode mode = NormMode::Diffusers;     // as RmsNormOptions::mode (default: diffusers')
+  Pairing pairing = Pairing::Interleaved;  // as RopeOptions::pairing
+  Layout layout = Layout::BSHD;            // as RopeOptions::layout
+  std::int64_t text_len = 0;               // 0 to S (Error "text_len" otherwise)
+};
+
+// The names the trace, the CLI and the Python package use: "single"/"diffusers",
+// "half"/"interleaved", "bshd"/"bhsd" (the Python package's option strings).
+const char* norm_mode_name(NormMode m);
+const char* pairing_name(Pairing p);
+const char* layout_name(Layout l);
+
+}  // namespace kernel_align
