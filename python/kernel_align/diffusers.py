@@ -61,7 +61,14 @@ def _output_dtype(x_dtype: torch.dtype, w_dtype: torch.dtype) -> torch.dtype:
 class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
     """diffusers' Qwen-Image double-stream attention with kernel-align's fused QK norm +
     RoPE (norm mode "diffusers", interleaved pairs, layout bshd). CPU tensors, and CUDA
-    tensors where the extension has its CUDA kernels (kernel_align.HAS_CUDA)."""
+    tensors where the extension has its CUDA kernels (kernel_align.HAS_CUDA).
+
+    Built without arguments (diffusers' constructor) and installed with
+    ``transformer.set_attn_processor(KernelAlignQwenImageAttnProcessor())``. Under
+    ``torch.no_grad()`` (and when the output dtype is the projections') the fused op runs
+    in place on the processor's own fresh concatenations; the caller's tensors are never
+    modified.
+    """
 
     def __call__(
         self,
@@ -72,6 +79,29 @@ class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
         attention_mask: torch.FloatTensor | None = None,
         image_rotary_emb: torch.Tensor | None = None,
     ) -> torch.FloatTensor:
+        """One attention block's joint attention, as ``QwenDoubleStreamAttnProcessor2_0``.
+
+        Args:
+            attn: the block's diffusers ``Attention`` module; its ``norm_added_q``,
+                ``norm_added_k``, ``norm_q`` and ``norm_k`` must be diffusers ``RMSNorm``s
+                with a weight, no bias, one eps and one weight dtype.
+            hidden_states: the image stream, ``[B, S_img, C]``.
+            encoder_hidden_states: the text stream, ``[B, S_txt, C]`` (required).
+            encoder_hidden_states_mask: optional ``[B, S_txt]`` mask of the text tokens;
+                the joint ``[text, image]`` mask is built from it.
+            attention_mask: must be None (pass encoder_hidden_states_mask instead).
+            image_rotary_emb: ``(image_freqs, text_freqs)``, diffusers' complex RoPE
+                frequencies ``[S_img, D/2]`` and ``[S_txt, D/2]`` (required).
+
+        Returns:
+            ``(img_attn_output, txt_attn_output)``: ``[B, S_img, C]`` and ``[B, S_txt, C]``
+            after the output projections.
+
+        Raises:
+            ValueError: encoder_hidden_states or image_rotary_emb missing, an
+                attention_mask given, norms that are not weighted RMSNorms sharing eps and
+                weight dtype, and whatever ``kernel_align.qk_norm_rope`` refuses.
+        """
         if encoder_hidden_states is None:
             raise ValueError("KernelAlignQwenImageAttnProcessor requires encoder_hidden_states "
                              "(text stream)")

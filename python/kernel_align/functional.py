@@ -4,7 +4,23 @@ all run the library's C++ code (docs/contract.md gives its bytes).
 
 Tensors may be fp32, bf16 or fp16, contiguous or strided (views of permuted or sliced
 tensors are read in place). cos/sin tables are fp32 ``[S, D/2]`` constants (see
-``rope_tables``); no gradient flows into them.
+``rope_tables``); no gradient flows into them. Every tensor of a call lives on one
+device: the CPU, or a CUDA device where ``kernel_align.HAS_CUDA``.
+
+Errors common to every function here (the message names the op, the argument, what
+was expected and what was found; a refused call writes nothing):
+
+- ``TypeError``: an argument that must be a tensor is not a dense ``torch.Tensor`` (a
+  list, a numpy array, None, a sparse or nested tensor), or a tensor's dtype (or
+  ``out_dtype``) is not torch.float32, torch.bfloat16 or torch.float16.
+- ``ValueError``: everything the C++ library refuses (``kernel_align::Error``): a tensor
+  on another device (meta, CUDA without ``HAS_CUDA``) or tensors on two devices, a wrong
+  rank, shape or head dim, an empty tensor, a negated view (``.resolve_neg()`` it), an
+  unknown option string, ``eps`` not finite, negative or not representable in fp32, an
+  output overlapping an input, a table that requires grad where autograd records the
+  call, and, in strict mode, a call the first-choice backend cannot run.
+- ``NotImplementedError``: double backward through the norms (a gradient of the
+  gradient of ``qk_rmsnorm`` or ``qk_norm_rope``).
 """
 
 from __future__ import annotations
@@ -34,7 +50,28 @@ def qk_rmsnorm(
 
     mode "single": ``y = out(x * rstd * w)``, one rounding (the seed); "diffusers":
     ``y = out(w_dtype(x * rstd) * w)``, diffusers' RMSNorm. ``out_dtype`` defaults to
-    x's dtype. Differentiable in x and weight.
+    x's dtype. Differentiable in x and weight (first order). Every other dim indexes
+    independent rows: a row's bytes do not depend on the others (docs/contract.md
+    section 3). Not in place: x is only read.
+
+    Args:
+        x: the input, ``[..., D]`` with 1 to 4 dims, fp32, bf16 or fp16, any strides.
+        weight: the learned scale, ``[D]``, any of the three dtypes, or None (a weight of
+            ones, which is exact).
+        eps: added to the mean square; finite, >= 0 and representable in fp32.
+        mode: "single" or "diffusers" (equal with an fp32 weight or no weight).
+        out_dtype: the output's dtype (fp32, bf16 or fp16); None: x's dtype.
+
+    Returns:
+        A new tensor of x's shape and strides (``torch.empty_like``), dtype ``out_dtype``.
+
+    Raises:
+        TypeError: x or weight is not a dense tensor, or x, weight or out_dtype has a
+            dtype other than fp32, bf16, fp16.
+        ValueError: D odd or outside 2..4096, x of rank 0 or above 4, weight not ``[D]``,
+            an empty tensor, bad eps or mode, a tensor not on the CPU (or a CUDA device
+            with ``HAS_CUDA``), tensors on two devices, a strict-mode fallback.
+        NotImplementedError: a double backward through this op.
     """
     check_tensors("qk_rmsnorm", ("weight",), x=x, weight=weight)
     return ops.qk_rmsnorm(x, weight, eps, mode, out_dtype)
@@ -51,7 +88,28 @@ def multi_axis_rope(
     """Rotary embedding of a 4-D ``x`` in ``layout`` ("bshd" ``[B, S, H, D]`` or "bhsd"
     ``[B, H, S, D]``); row s of the tables rotates sequence position s. ``pairing``:
     "interleaved" pairs ``(x[2i], x[2i+1])`` (diffusers), "half" pairs ``(x[i],
-    x[i + D/2])`` (the seed). Differentiable in x."""
+    x[i + D/2])`` (the seed). Differentiable in x, to any order (the gradient is the
+    transpose rotation). Not in place: see ``multi_axis_rope_``.
+
+    Args:
+        x: ``[B, S, H, D]`` (bshd) or ``[B, H, S, D]`` (bhsd), D even 2..4096; fp32, bf16
+            or fp16, any strides.
+        cos: fp32 ``[S, D/2]``: column i is the cosine of pair i's angle (``rope_tables``).
+            A constant: it must not require grad when autograd records the call.
+        sin: fp32 ``[S, D/2]``, the sines, likewise.
+        pairing: "interleaved" or "half".
+        layout: "bshd" or "bhsd": which dim of x is the sequence.
+
+    Returns:
+        A new tensor of x's shape, dtype and strides (``torch.empty_like``).
+
+    Raises:
+        TypeError: x, cos or sin is not a dense tensor, or x has another dtype.
+        ValueError: x not 4-D or D odd or outside 2..4096; cos or sin not fp32 ``[S, D/2]``
+            for the S of x in ``layout``; an unknown pairing or layout; a table that
+            requires grad (under autograd); a device the extension does not run, tensors
+            on two devices; a strict-mode fallback.
+    """
     check_tensors("multi_axis_rope", x=x, cos=cos, sin=sin)
     return ops.multi_axis_rope(x, cos, sin, pairing, layout)
 
@@ -84,7 +142,27 @@ def multi_axis_rope_(
 ) -> torch.Tensor:
     """``multi_axis_rope`` written into ``x`` itself (no new tensor); returns x. Under
     autograd the rotation is recorded as an in-place op of x, like torch's own
-    in-place ops (a leaf that requires grad cannot be rotated in place)."""
+    in-place ops (a leaf that requires grad cannot be rotated in place).
+
+    In place: x is overwritten (its version counter bumps) and returned; it must not
+    overlap cos or sin, nor itself (an expanded view). A refused call leaves x as it was.
+
+    Args:
+        x: the tensor to rotate, ``[B, S, H, D]`` (bshd) or ``[B, H, S, D]`` (bhsd); fp32,
+            bf16 or fp16, any non-overlapping strides.
+        cos: fp32 ``[S, D/2]`` cosines (a constant, as in ``multi_axis_rope``).
+        sin: fp32 ``[S, D/2]`` sines.
+        pairing: "interleaved" or "half".
+        layout: "bshd" or "bhsd".
+
+    Returns:
+        x itself, rotated.
+
+    Raises:
+        TypeError: as ``multi_axis_rope``.
+        ValueError: as ``multi_axis_rope``, and x overlapping a table or itself.
+        RuntimeError: torch's, for x a leaf that requires grad (or a view of one).
+    """
     check_tensors("multi_axis_rope_", x=x, cos=cos, sin=sin)
     if torch.is_grad_enabled() and x.requires_grad:
         check_constant_tables("multi_axis_rope_", cos, sin)
@@ -113,7 +191,39 @@ def qk_norm_rope(
     """``rope(qk_rmsnorm(q))`` and the same for k in one pass: sequence positions below
     ``text_len`` are text (normalised with the text weights), the rest image. q and k
     share B, S and D (head counts may differ). Bytes equal to the unfused ops with the
-    intermediate in the output dtype. Differentiable in q, k and the four weights."""
+    intermediate in the output dtype. Differentiable in q, k and the four weights (first
+    order; a weight gradient of a stream without positions is 0). Not in place: see
+    ``qk_norm_rope_``.
+
+    Args:
+        q: queries, ``[B, S, Hq, D]`` (bshd) or ``[B, Hq, S, D]`` (bhsd), D even 2..4096;
+            fp32, bf16 or fp16, any strides.
+        k: keys, ``[B, S, Hk, D]`` or ``[B, Hk, S, D]``: q's B, S and D, any dtype of the
+            three.
+        cos: fp32 ``[S, D/2]`` cosines (``rope_tables``; a constant).
+        sin: fp32 ``[S, D/2]`` sines.
+        text_len: how many leading sequence positions are text, 0 to S.
+        text_q_weight: ``[D]`` weight of q's text positions, or None (no weight).
+        text_k_weight: ``[D]`` weight of k's text positions, or None.
+        image_q_weight: ``[D]`` weight of q's image positions, or None.
+        image_k_weight: ``[D]`` weight of k's image positions, or None.
+        eps: as in ``qk_rmsnorm``.
+        mode: "diffusers" (default) or "single", as in ``qk_rmsnorm``.
+        pairing: "interleaved" or "half", as in ``multi_axis_rope``.
+        layout: "bshd" or "bhsd", as in ``multi_axis_rope``.
+        out_dtype: the dtype of both outputs; None: q's for q_out, k's for k_out.
+
+    Returns:
+        ``(q_out, k_out)``: new tensors of q's and k's shapes and strides.
+
+    Raises:
+        TypeError: a tensor argument is not a dense tensor, or has (or out_dtype is)
+            another dtype.
+        ValueError: k not matching q's B, S or D; text_len outside 0..S; a weight not
+            ``[D]``; cos or sin not fp32 ``[S, D/2]``; a bad option; a table that requires
+            grad (under autograd); devices; a strict-mode fallback.
+        NotImplementedError: a double backward through this op.
+    """
     check_tensors("qk_norm_rope", FUSED_WEIGHT_NAMES, q=q, k=k, cos=cos, sin=sin, text_q_weight=text_q_weight,
                   text_k_weight=text_k_weight, image_q_weight=image_q_weight,
                   image_k_weight=image_k_weight)
@@ -139,7 +249,36 @@ def qk_norm_rope_(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``qk_norm_rope`` written into q and k themselves; returns (q, k). For inference:
     the backward needs the inputs this overwrites, so it refuses tensors that require
-    grad (use ``qk_norm_rope``)."""
+    grad (use ``qk_norm_rope``).
+
+    In place: q and k are overwritten, each in its own dtype, and returned. They must
+    not overlap each other, the tables or the weights (nor themselves). A refused call
+    leaves them as they were.
+
+    Args:
+        q: queries, ``[B, S, Hq, D]`` (bshd) or ``[B, Hq, S, D]`` (bhsd); fp32, bf16 or
+            fp16, any non-overlapping strides.
+        k: keys, q's B, S and D.
+        cos: fp32 ``[S, D/2]`` cosines.
+        sin: fp32 ``[S, D/2]`` sines.
+        text_len: how many leading sequence positions are text, 0 to S.
+        text_q_weight: ``[D]`` weight of q's text positions, or None.
+        text_k_weight: ``[D]`` weight of k's text positions, or None.
+        image_q_weight: ``[D]`` weight of q's image positions, or None.
+        image_k_weight: ``[D]`` weight of k's image positions, or None.
+        eps: as in ``qk_rmsnorm``.
+        mode: "diffusers" (default) or "single".
+        pairing: "interleaved" or "half".
+        layout: "bshd" or "bhsd".
+
+    Returns:
+        ``(q, k)``, the same tensor objects, normalised and rotated.
+
+    Raises:
+        TypeError: as ``qk_norm_rope``.
+        ValueError: as ``qk_norm_rope``; q, k or a weight requires grad while grad mode
+            is on; q and k (or a weight) overlapping.
+    """
     check_tensors("qk_norm_rope_", FUSED_WEIGHT_NAMES, q=q, k=k, cos=cos, sin=sin, text_q_weight=text_q_weight,
                   text_k_weight=text_k_weight, image_q_weight=image_q_weight,
                   image_k_weight=image_k_weight)

@@ -1,6 +1,11 @@
 """Token positions and RoPE tables: wrappers of the C++ builders (positions.hpp,
 tables.hpp), so Python gets the same positions and the same correctly rounded (MPFR)
-tables as every other front end."""
+tables as every other front end (docs/positions-and-tables.md).
+
+Everything here returns new CPU tensors; move the tables to the device of the tensors
+they rotate (``cos.to(x.device)``). ``POSITION_AXES`` (3) is the number of columns of the
+positions built here: frame, height, width.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +23,20 @@ POSITION_AXES = 3
 
 def qwen_image_positions(text_len: int, h: int, w: int) -> torch.Tensor:
     """The seed's layout: int32 ``[text_len + h*w, 3]`` (frame, height, width); text token
-    j at (j, j, j) first, then the ``h x w`` token grid at (0, row, column), not centred."""
+    j at (j, j, j) first, then the ``h x w`` token grid at (0, row, column), not centred.
+
+    Args:
+        text_len: text tokens, 0 to 2^31 - 1.
+        h: grid rows (tokens), >= 1.
+        w: grid columns (tokens), >= 1.
+
+    Returns:
+        A new int32 CPU tensor ``[text_len + h*w, 3]``.
+
+    Raises:
+        ValueError: text_len, h or w out of range, or more than 2^31 - 1 tokens (the
+            message names the C++ argument, e.g. ``images[0].height``).
+    """
     return ops.positions("seed", text_len, [h], [w], [])
 
 
@@ -59,7 +77,26 @@ def qwen_image_rope_positions(img_shapes, txt_seq_len: int | torch.Tensor) -> to
     ``[text, image 0, image 1, ...]`` that its attention processor uses: int32
     ``[txt_seq_len + tokens, 3]``. ``img_shapes`` as diffusers passes it to
     ``QwenImageTransformer2DModel`` (e.g. ``[[(1, 83, 83)]]``, or
-    ``[[(1, h, w), (1, h2, w2)]] * B`` for Edit with a reference image)."""
+    ``[[(1, h, w), (1, h2, w2)]] * B`` for Edit with a reference image).
+
+    Image k of a sample sits at frame k (an entry with frame count f covers f frames from
+    there), its rows and columns centred; text token j at ``m + j`` on every axis, m the
+    largest ``max(h // 2, w // 2)`` of the images.
+
+    Args:
+        img_shapes: a batch list whose samples must all be equal (the first is used), a
+            sample being one ``(frame, height, width)`` tuple or a list of them (frame
+            >= 1, height and width >= 1 tokens); or a single such tuple.
+        txt_seq_len: text tokens, 0 to 2^31 - 1 (an int or a 0-d integer tensor).
+
+    Returns:
+        A new int32 CPU tensor ``[txt_seq_len + sum of frame*height*width, 3]``.
+
+    Raises:
+        ValueError: an empty batch, samples that differ, an entry that is not a
+            ``(frame, height, width)`` triple, a frame count below 1, a side or
+            txt_seq_len out of range, more than 2^31 - 1 tokens.
+    """
     heights, widths, frames = _grids(img_shapes)
     return ops.positions("diffusers", int(txt_seq_len), heights, widths, frames)
 
@@ -71,7 +108,24 @@ def rope_tables(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin, fp32 ``[S, sum(axes_dim)/2]``, of integer positions ``[S, len(axes_dim)]``:
     column i of axis a rotates by ``pos[:, a] / theta^(2i/dim_a)``; every step correctly
-    rounded to fp32, identical on every machine."""
+    rounded to fp32, identical on every machine.
+
+    Args:
+        positions: an integer CPU tensor ``[S, len(axes_dim)]``, S >= 1 (int32, or another
+            integer dtype whose values fit int32; any strides).
+        axes_dim: one even dim per column of positions, each 2 to 4096, summing to the
+            head dim D <= 4096. Qwen-Image's (16, 56, 56) by default.
+        theta: the base; finite, > 0 and representable in fp32.
+
+    Returns:
+        ``(cos, sin)``: new contiguous fp32 CPU tensors ``[S, D/2]``, the tables
+        ``multi_axis_rope`` and ``qk_norm_rope`` take (constants: no gradient).
+
+    Raises:
+        TypeError: positions of a floating-point dtype.
+        ValueError: positions not on the CPU, not ``[S, len(axes_dim)]``, empty, or with
+            values outside int32; a bad axis dim or theta.
+    """
     if positions.dtype != torch.int32 and not positions.dtype.is_floating_point:
         info = torch.iinfo(torch.int32)
         if positions.numel() and (positions.min() < info.min or positions.max() > info.max):
