@@ -426,16 +426,16 @@ def check(argv: list[str] | None = None) -> int:
     directory = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ka_alignment_"))
     directory.mkdir(parents=True, exist_ok=True)
 
-    # The hooks' cost: the same sampler step without hooks and with them (the better of
-    # two runs each, so that a first run's warm-up is not counted).
+    # The hooks' cost: the same sampler step without hooks and with them, alternately
+    # after a warm-up, the best of five each (the machine may be busy with other work:
+    # the minimum is the run least disturbed by it).
     model.set_attn_processor(QwenDoubleStreamAttnProcessor2_0())
-    plain = []
-    for _ in range(2):
+    _sampler_step(model, inputs)
+    plain, hooked, hook_calls = [], [], 0
+    for n in range(5):
         t0 = time.perf_counter()
         _sampler_step(model, inputs)
         plain.append(time.perf_counter() - t0)
-    hooked, hook_calls = [], 0
-    for n in range(2):
         scratch = directory / f"overhead{n}.jsonl"
         scratch.unlink(missing_ok=True)
         t0 = time.perf_counter()
