@@ -76,8 +76,9 @@ void print_run_usage(std::ostream& out) {
 
 void print_trace_usage(std::ostream& out) {
   out << "usage: kernel-align trace " << kTraceSynopsis
-      << "\n  compares two trace files (docs/trace.md) call by call: exit 0 when identical, 1 "
-         "at the first divergence\n";
+      << "\n  compares two trace files (docs/trace.md) call by call (model traces, docs/"
+         "alignment.md: by module and call index): exit 0 when identical, 1 at the first "
+         "divergence\n";
 }
 
 void print_verify_usage(std::ostream& out) {

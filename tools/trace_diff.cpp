@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <span>
+#include <tuple>
 
 #include "cli_args.hpp"
 #include "json.hpp"
@@ -36,19 +38,25 @@ struct Sample {
 struct Output {
   std::string name;
   std::vector<std::string> digests;  // one per batch element, or one for the whole tensor
-  // The rank of the tensor of that name in `tensors`: 4 means one digest per batch
-  // element, which is what --sample picks from. Absent when `tensors` does not list it.
-  std::optional<std::size_t> rank;
+  // Whether `digests` holds one digest per batch element, which is what --sample picks
+  // from: a library output of rank 4, a module output whose tensor has a `batch_dim`.
+  // Absent when `tensors` does not list the output.
+  std::optional<bool> per_sample;
 
-  bool batched() const { return rank == 4; }
+  bool batched() const { return per_sample == true; }
 };
 
 struct Record {
   std::size_t line = 0;  // in its file, from 1
   std::string session;   // "" in traces written before sessions were recorded
   std::uint64_t seq = 0;
-  std::string op;
+  std::string op;  // a module record's: the module's qualified name
   std::string direction;
+  // Module records (kernel_align.alignment, "kind": "module"): the module's class and
+  // which call of it this is, counted per module and direction.
+  bool module = false;
+  std::string module_type;
+  std::uint64_t call = 0;
   std::vector<Output> outputs;  // in the order of `digests`
   json::Value fields;           // the whole record, for the side-by-side table
 };
@@ -59,6 +67,7 @@ struct Trace {
   // Every session's calls in seq order, the sessions in the order of their first record.
   std::vector<Record> calls;
   std::size_t sessions = 0;
+  bool has_modules = false;  // a model trace: some record is a module record
 };
 
 // Fields that say which run wrote a record, not what it computed: never a divergence.
@@ -104,15 +113,22 @@ const json::Value& field(const Trace& trace, std::size_t line, const json::Value
   return *value;
 }
 
-std::optional<std::size_t> tensor_rank(const json::Value& record, std::string_view name) {
+// Whether output `name` has one digest per batch element, from its entry in `tensors`:
+// rank 4 for the library's outputs, a number as `batch_dim` for a module's.
+std::optional<bool> per_sample(const json::Value& record, std::string_view name, bool module) {
   const json::Value* tensors = record.find("tensors");
   if (tensors == nullptr) return std::nullopt;
   for (const json::Value& tensor : tensors->items) {
     const json::Value* tensor_name = tensor.find("name");
+    if (tensor_name == nullptr || tensor_name->text != name) continue;
+    if (module) {
+      const json::Value* batch_dim = tensor.find("batch_dim");
+      if (batch_dim == nullptr) return std::nullopt;
+      return batch_dim->kind == json::Value::Kind::Number;
+    }
     const json::Value* shape = tensor.find("shape");
-    if (tensor_name != nullptr && tensor_name->text == name && shape != nullptr &&
-        shape->kind == json::Value::Kind::Array) {
-      return shape->items.size();
+    if (shape != nullptr && shape->kind == json::Value::Kind::Array) {
+      return shape->items.size() == 4;
     }
   }
   return std::nullopt;
@@ -144,6 +160,21 @@ Record read_record(const Trace& trace, std::size_t line, std::string_view text) 
   }
   record.op = field(trace, line, record.fields, "op", json::Value::Kind::String).text;
   record.direction = field(trace, line, record.fields, "direction", json::Value::Kind::String).text;
+  if (const json::Value* kind = record.fields.find("kind")) {
+    const std::string& name =
+        field(trace, line, record.fields, "kind", json::Value::Kind::String).text;
+    if (name != "module") {
+      fail(trace, line, "'kind' \"module\" (library records have no 'kind')", json::compact(*kind));
+    }
+    record.module = true;
+    record.module_type =
+        field(trace, line, record.fields, "module_type", json::Value::Kind::String).text;
+    const std::string& call =
+        field(trace, line, record.fields, "call", json::Value::Kind::Number).text;
+    if (!parse_whole(call, record.call)) {
+      fail(trace, line, "a whole number as 'call'", single_quoted(call));
+    }
+  }
   const json::Value& digests =
       field(trace, line, record.fields, "digests", json::Value::Kind::Object);
   for (const json::Member& output : digests.members) {
@@ -157,7 +188,7 @@ Record read_record(const Trace& trace, std::size_t line, std::string_view text) 
     Output& o = record.outputs.emplace_back();
     o.name = output.key;
     for (const json::Value& digest : output.value.items) o.digests.push_back(digest.text);
-    o.rank = tensor_rank(record.fields, output.key);
+    o.per_sample = per_sample(record.fields, output.key, record.module);
   }
   return record;
 }
@@ -216,6 +247,7 @@ Trace read_trace(std::string role, std::string path) {
            "seq " + std::to_string(record.seq));
     }
     ++expected_seq;
+    trace.has_modules = trace.has_modules || record.module;
     trace.calls.push_back(record);
   }
   trace.sessions = sessions.size();
@@ -226,10 +258,11 @@ Trace read_trace(std::string role, std::string path) {
 void check_sample_index(const Trace& trace, std::size_t index) {
   for (const Record& record : trace.calls) {
     for (const Output& output : record.outputs) {
-      if (!output.rank) {
+      if (!output.per_sample) {
         fail(trace, record.line,
-             "a tensor named " + single_quoted(output.name) +
-                 " in 'tensors' (its rank says whether --sample picks from its digests)",
+             "a tensor named " + single_quoted(output.name) + " in 'tensors'" +
+                 (record.module ? " with a 'batch_dim'" : "") +
+                 " (it says whether --sample picks from its digests)",
              "none");
       }
       if (output.batched() && index >= output.digests.size()) {
@@ -283,15 +316,27 @@ std::optional<std::string> compare_calls(const Record& a, const Record& b,
     const std::vector<std::string>& da = output_a.digests;
     const std::vector<std::string>& db = output_b->digests;
     if (sample) {
-      if (!output_a.batched() || !output_b->batched()) {
+      if (a.module && b.module && output_a.batched() != output_b->batched()) {
+        return "output " + output_a.name + " has one digest per sample in " +
+               (output_a.batched() ? "A" : "B") + " only";
+      }
+      // A module's output that does not carry the batch (a table of positions, say) is
+      // compared whole below; a library output that does not (dw, a sum over the
+      // batch) cannot be, and is skipped.
+      if ((!output_a.batched() || !output_b->batched()) && !(a.module && b.module)) {
         ++tally.outputs_skipped;
         continue;
       }
-      ++tally.digests_compared;
-      if (da[sample->a] != db[sample->b]) {
-        return digest_difference(output_a.name, sample->a, sample->b, da[sample->a], db[sample->b]);
+      if (!output_a.batched()) {
+        // Compared whole below.
+      } else {
+        ++tally.digests_compared;
+        if (da[sample->a] != db[sample->b]) {
+          return digest_difference(output_a.name, sample->a, sample->b, da[sample->a],
+                                   db[sample->b]);
+        }
+        continue;
       }
-      continue;
     }
     if (da.size() != db.size()) {
       return "output " + output_a.name + " has " + std::to_string(da.size()) + " digests in A, " +
@@ -351,15 +396,146 @@ std::vector<std::string> print_side_by_side(std::ostream& out, const json::Value
   return differing;
 }
 
-void print_divergence(std::ostream& out, std::size_t call, const Record& a, const Record& b,
-                      const std::string& reason) {
-  out << "diverged at call #" << call << " (A line " << a.line << ", B line " << b.line
-      << "): " << reason << '\n';
+// The records of a divergence side by side, and the fields that differ.
+void print_records(std::ostream& out, const Record& a, const Record& b) {
   const std::vector<std::string> differing = print_side_by_side(out, a.fields, b.fields);
   out << "differing fields: ";
   if (differing.empty()) out << "none (same configuration, different bytes)";
   for (const std::string& key : differing) out << (&key == &differing.front() ? "" : ", ") << key;
   out << '\n';
+}
+
+void print_divergence(std::ostream& out, std::size_t call, const Record& a, const Record& b,
+                      const std::string& reason) {
+  out << "diverged at call #" << call << " (A line " << a.line << ", B line " << b.line
+      << "): " << reason << '\n';
+  print_records(out, a, b);
+}
+
+// A call's place in a model trace: a module call by (module, direction, call index),
+// a library call by (op, direction, how many calls of that op and direction came before
+// it), so that a module that one run calls more often, or not at all, shifts nothing.
+struct Key {
+  bool module = false;
+  std::string name;
+  std::string direction;
+  std::uint64_t index = 0;
+  // (Not a defaulted operator<=>: clang-tidy 14 misreads its synthesised 0 as a null
+  // pointer constant, modernize-use-nullptr.)
+  bool operator<(const Key& other) const {
+    return std::tie(module, name, direction, index) <
+           std::tie(other.module, other.name, other.direction, other.index);
+  }
+};
+
+std::vector<Key> keys_of(const Trace& trace) {
+  std::map<std::pair<std::string, std::string>, std::uint64_t> library_calls;
+  std::map<Key, std::size_t> seen;  // key -> line
+  std::vector<Key> keys;
+  for (const Record& r : trace.calls) {
+    Key key{r.module, r.op, r.direction, r.module ? r.call : library_calls[{r.op, r.direction}]++};
+    if (const auto [it, added] = seen.emplace(key, r.line); !added) {
+      fail(trace, r.line,
+           "one record per (module, direction, call) in a model trace (one run per file)",
+           "call " + std::to_string(key.index) + " of module " + single_quoted(key.name) +
+               " again, first at line " + std::to_string(it->second));
+    }
+    keys.push_back(std::move(key));
+  }
+  return keys;
+}
+
+std::string describe(const Key& key) {
+  return std::string(key.module ? "module call " : "library call ") + key.name + " #" +
+         std::to_string(key.index) + " (" + key.direction + ")";
+}
+
+// The summary's row of a record: a module's class, or the library's op.
+std::string type_of(const Record& r) {
+  return r.module ? r.module_type : r.op + " (kernel-align)";
+}
+
+struct TypeCounts {
+  std::string type;
+  std::size_t matching = 0;
+  std::size_t differing = 0;
+  std::size_t missing = 0;
+};
+
+TypeCounts& counts_of(std::vector<TypeCounts>& summary, const std::string& type) {
+  for (TypeCounts& c : summary) {
+    if (c.type == type) return c;
+  }
+  return summary.emplace_back(TypeCounts{type});
+}
+
+// Two model traces: calls aligned by key rather than position. Reports the first
+// divergence in A's call order (or, when every call of A matches, the first call of B
+// that A lacks), then how many calls of each module type match, differ or are missing.
+int model_trace_diff(const Trace& a, const Trace& b, const std::optional<Sample>& sample,
+                     std::ostream& out) {
+  const std::vector<Key> keys_a = keys_of(a);
+  const std::vector<Key> keys_b = keys_of(b);
+  std::map<Key, std::size_t> index_b;
+  for (std::size_t j = 0; j < keys_b.size(); ++j) index_b.emplace(keys_b[j], j);
+  std::vector<bool> matched_b(keys_b.size(), false);
+  std::vector<TypeCounts> summary;
+  Tally tally;
+  struct First {
+    const Record* a = nullptr;
+    const Record* b = nullptr;
+    const Key* key = nullptr;
+    std::string reason;
+  };
+  std::optional<First> first;
+  std::size_t modules = 0;
+  std::size_t library = 0;
+  for (std::size_t i = 0; i < keys_a.size(); ++i) {
+    const Record& ra = a.calls[i];
+    TypeCounts& counts = counts_of(summary, type_of(ra));
+    const auto found = index_b.find(keys_a[i]);
+    if (found == index_b.end()) {
+      ++counts.missing;
+      if (!first) first = First{&ra, nullptr, &keys_a[i], "in A only"};
+      continue;
+    }
+    const Record& rb = b.calls[found->second];
+    matched_b[found->second] = true;
+    if (auto reason = compare_calls(ra, rb, sample, tally)) {
+      ++counts.differing;
+      if (!first) first = First{&ra, &rb, &keys_a[i], std::move(*reason)};
+    } else {
+      ++counts.matching;
+      ++(ra.module ? modules : library);
+    }
+  }
+  for (std::size_t j = 0; j < keys_b.size(); ++j) {
+    if (matched_b[j]) continue;
+    ++counts_of(summary, type_of(b.calls[j])).missing;
+    if (!first) first = First{nullptr, &b.calls[j], &keys_b[j], "in B only"};
+  }
+  if (first) {
+    out << "diverged at " << describe(*first->key) << " (";
+    if (first->a != nullptr) out << "A line " << first->a->line;
+    if (first->a != nullptr && first->b != nullptr) out << ", ";
+    if (first->b != nullptr) out << "B line " << first->b->line;
+    out << "): " << first->reason << '\n';
+    if (first->a != nullptr && first->b != nullptr) print_records(out, *first->a, *first->b);
+  } else {
+    out << "identical: " << modules << " module calls and " << library
+        << " library calls matched by (name, direction, call index), " << tally.digests_compared
+        << " digests compared";
+    if (tally.outputs_skipped > 0) {
+      out << ", " << tally.outputs_skipped << " single-digest outputs skipped (--sample)";
+    }
+    out << '\n';
+  }
+  out << "by module type (calls matching, differing, missing):\n";
+  for (const TypeCounts& c : summary) {
+    out << "  " << c.type << ": " << c.matching << " matching, " << c.differing << " differing, "
+        << c.missing << " missing\n";
+  }
+  return first ? kExitDiverged : kExitIdentical;
 }
 
 int trace_diff(const std::string& path_a, const std::string& path_b,
@@ -370,6 +546,7 @@ int trace_diff(const std::string& path_a, const std::string& path_b,
     check_sample_index(a, sample->a);
     check_sample_index(b, sample->b);
   }
+  if (a.has_modules && b.has_modules) return model_trace_diff(a, b, sample, out);
   Tally tally;
   const std::size_t common = std::min(a.calls.size(), b.calls.size());
   for (std::size_t n = 0; n < common; ++n) {

@@ -8,9 +8,11 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
 #include "kernel_align/tables.hpp"
+#include "kernel_align/trace.hpp"
 #include "kernel_align/version.hpp"
 #include "views.hpp"
 
@@ -154,6 +157,52 @@ void set_trace_path(c10::string_view path) {
   translate_errors("set_trace_path", [&] { kernel_align::set_trace_path(std::string(path)); });
 }
 
+std::string get_trace_path() {
+  return translate_errors("get_trace_path", [] { return kernel_align::trace_path(); });
+}
+
+// digest-v1 (docs/trace.md) of each index of `batch_dim` of `tensor`, or of the whole
+// tensor when it is None: 16 hex digits each, the library's own digest code, for
+// kernel_align.alignment's module records. Any dtype (the digest covers storage bytes);
+// a device tensor is copied to the host first, and a lazily conjugated or negated one
+// is resolved, so that the bytes digested are the values the tensor holds.
+std::vector<std::string> digests(const at::Tensor& tensor, std::optional<std::int64_t> batch_dim) {
+  constexpr const char* op = "digests";
+  return translate_errors(op, [&] {
+    if (tensor.layout() != at::kStrided || tensor.is_nested()) {
+      throw Error("tensor", "a strided (dense) tensor", "layout " + c10::str(tensor.layout()));
+    }
+    if (batch_dim && (*batch_dim < 0 || *batch_dim >= tensor.dim())) {
+      throw Error("batch_dim",
+                  "a dim from 0 to " + std::to_string(tensor.dim() - 1) +
+                      " (the tensor's rank is " + std::to_string(tensor.dim()) + ")",
+                  std::to_string(*batch_dim));
+    }
+    const at::Tensor host = tensor.resolve_conj().resolve_neg().cpu();
+    StridedBytes array;
+    array.data = host.const_data_ptr();
+    array.element_size = host.element_size();
+    array.shape = std::span(host.sizes().data(), host.sizes().size());
+    array.strides = std::span(host.strides().data(), host.strides().size());
+    std::vector<std::string> hex;
+    const auto dim = batch_dim ? std::optional(static_cast<std::size_t>(*batch_dim)) : std::nullopt;
+    for (const std::uint64_t d : digests_along(array, dim)) {
+      char text[20];
+      std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(d));
+      hex.emplace_back(text);
+    }
+    return hex;
+  });
+}
+
+// Appends a record to the open trace in the library's sequence (trace.hpp); false when
+// tracing is off.
+bool append_trace_record(c10::string_view members) {
+  return translate_errors("append_trace_record", [&] {
+    return kernel_align::append_trace_record(std::string_view(members.data(), members.size()));
+  });
+}
+
 // What the last call of this thread ran on: requested backend, backend, ISA path, the
 // fallback reason ("" when it did not fall back), the backend's and the whole library
 // call's wall times.
@@ -204,6 +253,9 @@ TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
   m.def("set_strict(bool on) -> ()", &ext::set_strict);
   m.def("get_strict() -> bool", &ext::get_strict);
   m.def("set_trace_path(str path) -> ()", &ext::set_trace_path);
+  m.def("get_trace_path() -> str", &ext::get_trace_path);
+  m.def("digests(Tensor tensor, int? batch_dim) -> str[]", &ext::digests);
+  m.def("append_trace_record(str members) -> bool", &ext::append_trace_record);
   m.def("last_call() -> (str, str, str, str, float, float)", &ext::last_call);
   m.def("fallback_count() -> int", &ext::fallback_count);
   m.def("set_num_threads(int n) -> ()", &ext::set_num_threads);

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernel_align/tensor.hpp"
@@ -24,6 +25,13 @@ class Digest {
   std::uint64_t pending_ = 0;  // bytes of the word being filled, little-endian
   int pending_bytes_ = 0;
 };
+
+// The digest of the elements of a strided array of any rank, in row-major index order:
+// `base` points at element [0, ..., 0], strides count elements of `element_size` bytes.
+// The one walk over strided memory that every host digest takes.
+std::uint64_t digest_strided(const unsigned char* base, std::size_t element_size,
+                             std::span<const std::int64_t> shape,
+                             std::span<const std::int64_t> strides);
 
 // The digest of every element of v, in row-major index order.
 std::uint64_t digest_of(const ConstTensorView& v);

@@ -22,6 +22,7 @@
 #include "kernel_align/contract/rmsnorm.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
+#include "kernel_align/trace.hpp"
 #include "kernel_align/version.hpp"
 #include "trace/digest.hpp"
 
@@ -246,12 +247,15 @@ void initialize() {
   sink();
 }
 
-void write(const CallDescription& call, const registry::Choice& choice,
-           const registry::Execution& exec, const FloatState& float_state) {
-  const std::string body = record_body(call, choice, exec, float_state);
+namespace {
+
+// Numbers and writes a record whose members after "pid" are `body` (starting with a
+// comma). The library's calls and appended records share the one seq counter, so a
+// session's records are numbered in the order they were written.
+bool write_record(std::string_view body) {
   Sink& s = sink();
   const std::lock_guard lock(s.mutex);
-  if (s.fd < 0) return;  // turned off since the call began
+  if (s.fd < 0) return false;  // turned off since the call began
   std::string line = "{\"seq\":";
   line.append(std::to_string(s.next_seq))
       .append(",\"session\":")
@@ -262,6 +266,14 @@ void write(const CallDescription& call, const registry::Choice& choice,
       .append("}\n");
   write_all(s, line);
   ++s.next_seq;
+  return true;
+}
+
+}  // namespace
+
+void write(const CallDescription& call, const registry::Choice& choice,
+           const registry::Execution& exec, const FloatState& float_state) {
+  write_record(record_body(call, choice, exec, float_state));
 }
 
 }  // namespace trace
@@ -270,6 +282,18 @@ void set_trace_path(const std::string& path) {
   trace::Sink& s = trace::sink();
   const std::lock_guard lock(s.mutex);
   s.open_locked(path);
+}
+
+bool append_trace_record(std::string_view members) {
+  if (!members.starts_with(',')) {
+    throw Error("members", "the members of a record after \"pid\", starting with a comma",
+                "'" + std::string(members.substr(0, 40)) + "'");
+  }
+  if (const std::size_t at = members.find_first_of("\r\n"); at != std::string_view::npos) {
+    throw Error("members", "one line (a record is one line of the trace)",
+                "a line break at character " + std::to_string(at));
+  }
+  return trace::write_record(members);
 }
 
 std::string trace_path() {

@@ -19,6 +19,7 @@
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/registry.hpp"
+#include "kernel_align/trace.hpp"
 #include "kernel_align/version.hpp"
 #include "support/op_cases.hpp"
 #include "support/runtime_guard.hpp"
@@ -130,6 +131,92 @@ TEST(Digest, FollowsLogicalOrderNotMemoryOrder) {
   EXPECT_EQ(a[0], b[0]);
   EXPECT_NE(a[1], b[1]);
   EXPECT_EQ(a[2], b[2]);
+}
+
+// digests_along (any rank, any element size, any batch dim) against the documented
+// function over the bytes of each slice, gathered here in row-major order.
+TEST(Digest, AlongAnyDimOfAnyRank) {
+  // A 5-D array of 2-byte elements, viewed with its dims 1 and 3 swapped.
+  const std::vector<std::int64_t> memory_shape{2, 3, 4, 5, 6};
+  std::vector<std::uint16_t> data(2 * 3 * 4 * 5 * 6);
+  for (std::size_t i = 0; i < data.size(); ++i)
+    data[i] = static_cast<std::uint16_t>(i * 2654435761u);
+  const std::vector<std::int64_t> memory_strides{360, 120, 30, 6, 1};
+  const std::vector<std::int64_t> shape{2, 5, 4, 3, 6};  // logical view
+  const std::vector<std::int64_t> strides{360, 6, 30, 120, 1};
+  const StridedBytes array{data.data(), 2, shape, strides};
+  for (std::size_t dim = 0; dim < shape.size(); ++dim) {
+    std::vector<std::vector<unsigned char>> slices(static_cast<std::size_t>(shape[dim]));
+    std::int64_t index[5] = {};
+    for (std::size_t n = 0; n < data.size(); ++n) {
+      std::int64_t offset = 0;
+      for (int d = 0; d < 5; ++d) offset += index[d] * strides[d];
+      const std::uint16_t v = data[static_cast<std::size_t>(offset)];
+      auto& slice = slices[static_cast<std::size_t>(index[dim])];
+      slice.push_back(static_cast<unsigned char>(v & 0xff));
+      slice.push_back(static_cast<unsigned char>(v >> 8));
+      for (int d = 4; d >= 0 && ++index[d] == shape[d]; --d) index[d] = 0;
+    }
+    std::vector<std::uint64_t> expected;
+    for (const auto& slice : slices) expected.push_back(documented_digest(slice));
+    EXPECT_EQ(digests_along(array, dim), expected) << "batch_dim " << dim;
+  }
+  // The whole array; and the contiguous memory it views holds other bytes in that order.
+  const StridedBytes memory{data.data(), 2, memory_shape, memory_strides};
+  std::vector<unsigned char> bytes(data.size() * 2);
+  std::memcpy(bytes.data(), data.data(), bytes.size());
+  EXPECT_EQ(digests_along(memory, std::nullopt), std::vector{documented_digest(bytes)});
+  EXPECT_NE(digests_along(memory, std::nullopt), digests_along(array, std::nullopt));
+  // A 4-D view digested along dim 0 is what the library's own records hold.
+  test::Rng rng(5);
+  const HostTensor t = test::random_tensor(DType::BF16, {3, 4, 2, 8}, rng);
+  const ConstTensorView v = t.cview();
+  const StridedBytes same{v.data, 2, std::span(v.shape.data(), 4), std::span(v.strides.data(), 4)};
+  EXPECT_EQ(digests_along(same, 0), trace::batch_digests(v));
+}
+
+TEST(Digest, AlongRejectsBadArguments) {
+  const std::vector<std::int64_t> shape{2, 3};
+  const std::vector<std::int64_t> strides{3, 1};
+  const float data[6] = {};
+  try {
+    digests_along({data, 4, shape, strides}, 2);
+    ADD_FAILURE() << "batch_dim 2 of a 2-D array was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "batch_dim");
+    EXPECT_EQ(e.expected(), "a dim below the rank 2");
+    EXPECT_EQ(e.found(), "2");
+  }
+  const std::vector<std::int64_t> one_stride{1};
+  EXPECT_THROW(digests_along({data, 4, shape, one_stride}, 0), Error);
+}
+
+TEST_F(TraceFile, AppendedRecordsShareTheLibrarysSequence) {
+  test::Rng rng(3);
+  const HostTensor x = test::random_tensor(DType::F32, {1, 6, 2, 16}, rng);
+  HostTensor y(DType::F32, {1, 6, 2, 16});
+  EXPECT_TRUE(append_trace_record(R"(,"kind":"module","op":"a")"));
+  qk_rmsnorm_forward(x.cview(), std::nullopt, y.view());
+  EXPECT_TRUE(append_trace_record(R"(,"kind":"module","op":"b")"));
+  for (const std::string bad : {R"("kind":"module")", ",\"op\":\"a\"\n,\"op\":\"b\""}) {
+    try {
+      append_trace_record(bad);
+      ADD_FAILURE() << "appended " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "members");
+    }
+  }
+  const std::vector<std::string> lines = records();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(value_of(lines[0], "seq"), "0");
+  EXPECT_EQ(value_of(lines[0], "op"), "\"a\"");
+  EXPECT_EQ(value_of(lines[1], "seq"), "1");
+  EXPECT_EQ(value_of(lines[1], "op"), "\"qk_rmsnorm\"");
+  EXPECT_EQ(value_of(lines[2], "seq"), "2");
+  EXPECT_EQ(lines[2].substr(lines[2].find(",\"kind\"")), R"(,"kind":"module","op":"b"})");
+  EXPECT_EQ(value_of(lines[0], "session"), value_of(lines[2], "session"));
+  // No trace open: nothing written.
+  EXPECT_FALSE(append_trace_record(R"(,"op":"c")"));
 }
 
 TEST_F(TraceFile, RecordHasTheDocumentedFields) {
