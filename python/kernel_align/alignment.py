@@ -11,6 +11,8 @@ that compares a sampler with a trainer (docs/alignment.md).
 ``python -m kernel_align.alignment check`` runs that comparison on a small randomly
 initialised Qwen-Image transformer, with diffusers' attention processor and with
 kernel-align's, and prints where the two runs first differ.
+
+``ROOT_NAME`` ("(root)") is the name the model itself has in its records.
 """
 
 from __future__ import annotations
