@@ -5,7 +5,8 @@ failure. It checks that:
 - the package is the installed one (site-packages), not the source tree;
 - its version is the project's (argv[1], from CMakeLists.txt);
 - every op runs forward and backward and agrees with torch formulas of the same math;
-- the diffusers processor runs a tiny randomly initialised QwenImageTransformer2DModel;
+- the diffusers processor runs a tiny randomly initialised QwenImageTransformer2DModel,
+  and kernel_align.alignment digests its module calls;
 - torch.compile(fullgraph=True) gives the eager bytes;
 - MPFR and GMP are the wheel's bundled copies: after a call that uses MPFR (rope_tables),
   /proc/self/maps shows libmpfr and libgmp mapped from the wheel's kernel_align.libs
@@ -14,6 +15,7 @@ failure. It checks that:
 
 from __future__ import annotations
 
+import json
 import sys
 import sysconfig
 from pathlib import Path
@@ -123,6 +125,15 @@ def main() -> None:
     ours = sample()
     check(torch.allclose(ours, theirs, rtol=1e-4, atol=1e-4),
           "KernelAlignQwenImageAttnProcessor matches diffusers' processor on a tiny model")
+
+    from kernel_align.alignment import digest_modules
+    trace = Path.cwd() / "model.jsonl"
+    with digest_modules(model, trace):
+        sample()
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    check(any(r.get("kind") == "module" and r["op"] == "(root)" for r in records)
+          and any(r["op"] == "qk_norm_rope" for r in records),
+          f"digest_modules traced {len(records)} module and op records in one file")
 
     libs = site / "kernel_align.libs"
     for stem in ("libmpfr", "libgmp"):
