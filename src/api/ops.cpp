@@ -81,6 +81,7 @@ void run(Clock::time_point entered, const CallDescription& description, int head
   registry::Execution exec;
   exec.device = device;
   exec.context = context;
+  exec.traced = trace::enabled();
   trace::FloatState float_state;
   Seconds backend_time{};
   {
@@ -90,7 +91,7 @@ void run(Clock::time_point entered, const CallDescription& description, int head
     (choice.backend->ops.*entry)(problem, exec);
     backend_time = Clock::now() - start;
   }
-  if (trace::enabled()) trace::write(description, choice, exec, float_state);
+  if (exec.traced) trace::write(description, choice, exec, float_state);
   registry::set_last_call({choice.requested->name, choice.backend->name, exec.isa, choice.fallback,
                            backend_time.count(), Seconds(Clock::now() - entered).count()});
 }

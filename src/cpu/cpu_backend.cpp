@@ -24,27 +24,31 @@ int threads_for(std::int64_t rows, int d) {
   return static_cast<int>(std::min<std::int64_t>(num_threads(), by_size));
 }
 
-using Partition = std::vector<std::pair<std::int64_t, std::int64_t>>;
-
-// Calls kernel(range) over [0, rows) in contiguous ranges, one per thread, and
-// records the ranges in exec.
+// Calls kernel(range) over [0, rows) in contiguous ranges, one per thread; records the
+// threads that ran and, when the call is traced, the ranges in exec (no allocation
+// otherwise: a call's cost is 4-10 ms, but a small one's is microseconds).
 template <class Kernel>
 void for_rows(std::int64_t rows, int d, registry::Execution& exec, const Kernel& kernel) {
   const int threads = threads_for(rows, d);
-  Partition& ranges = exec.partition.emplace_back();
-  for (int t = 0; t < threads; ++t)
-    ranges.emplace_back(rows * t / threads, rows * (t + 1) / threads);
+  const auto range = [rows, threads](std::int64_t t) {
+    return RowRange{rows * t / threads, rows * (t + 1) / threads};
+  };
+  exec.threads = std::max(exec.threads, threads);
+  if (exec.traced) {
+    auto& ranges = exec.partition.emplace_back();
+    for (int t = 0; t < threads; ++t) ranges.emplace_back(range(t).begin, range(t).end);
+  }
   ThreadPool::instance().run(threads, threads, [&](std::int64_t t) {
     const detail::ContractFloatEnvironment env;  // pool threads too, whatever they inherited
-    const auto& [begin, end] = ranges[static_cast<std::size_t>(t)];
-    kernel(RowRange{begin, end});
+    kernel(range(t));
   });
 }
 
 // The contract's dw: one block sum per contract::kDwBlockRows rows (each block a
 // task of the pool), then the block sums added in block order. `kernel(range,
 // partial)` adds each row's terms into partial[0..d) in row order. The
-// blocks x d scratch is kept per thread. exec records the blocks' row ranges.
+// blocks x d scratch is kept per thread. exec records the threads that ran and, when
+// traced, the blocks' row ranges.
 template <class Kernel>
 void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Execution& exec,
                    const Kernel& kernel) {
@@ -53,14 +57,17 @@ void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Exe
   partials.assign(static_cast<std::size_t>(block_count) * static_cast<std::size_t>(d), 0.0f);
   float* const base = partials.data();
   const int threads = static_cast<int>(std::min<std::int64_t>(threads_for(rows, d), block_count));
-  Partition& blocks = exec.partition.emplace_back();
-  for (std::int64_t b = 0; b < block_count; ++b) {
-    blocks.emplace_back(contract::dw_block_begin(rows, b), contract::dw_block_end(rows, b));
+  exec.threads = std::max(exec.threads, threads);
+  if (exec.traced) {
+    auto& blocks = exec.partition.emplace_back();
+    for (std::int64_t b = 0; b < block_count; ++b) {
+      blocks.emplace_back(contract::dw_block_begin(rows, b), contract::dw_block_end(rows, b));
+    }
   }
   ThreadPool::instance().run(threads, block_count, [&](std::int64_t block) {
     const detail::ContractFloatEnvironment env;
-    const auto& [begin, end] = blocks[static_cast<std::size_t>(block)];
-    kernel(RowRange{begin, end}, base + block * d);
+    kernel(RowRange{contract::dw_block_begin(rows, block), contract::dw_block_end(rows, block)},
+           base + block * d);
   });
   for (int i = 0; i < d; ++i) {
     float total = 0.0f;
@@ -69,11 +76,10 @@ void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Exe
   }
 }
 
-// The kernels of the selected path, noted in exec with the thread count.
+// The kernels of the selected path, noted in exec.
 const Kernels& active(registry::Execution& exec) {
   const Isa path = isa();
   exec.isa = isa_name(path);
-  exec.threads = num_threads();
   return kernels(path);
 }
 

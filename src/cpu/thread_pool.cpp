@@ -50,8 +50,7 @@ void ThreadPool::work_loop(int worker) {
   }
 }
 
-void ThreadPool::run(int threads, std::int64_t tasks,
-                     const std::function<void(std::int64_t)>& task) {
+void ThreadPool::run(int threads, std::int64_t tasks, TaskRef task) {
   if (tasks <= 0) return;
   if (threads <= 1 || tasks == 1) {
     for (std::int64_t t = 0; t < tasks; ++t) task(t);

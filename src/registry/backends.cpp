@@ -30,11 +30,14 @@ std::string scalar_path() {
   return "scalar";
 }
 
-// The reference runs every pass on the calling thread, as one range of rows.
+// The reference runs every pass on the calling thread, as one range of rows (recorded
+// when the call is traced).
 void record_scalar(Execution& exec, std::initializer_list<std::int64_t> pass_rows) {
   exec.isa = "scalar";
   exec.threads = 1;
-  for (const std::int64_t rows : pass_rows) exec.partition.push_back({{0, rows}});
+  if (exec.traced) {
+    for (const std::int64_t rows : pass_rows) exec.partition.push_back({{0, rows}});
+  }
 }
 
 BackendOps reference_ops() {
@@ -52,16 +55,14 @@ BackendOps reference_ops() {
     reference::multi_axis_rope(p);
   };
   ops.qk_norm_rope_forward = [](const detail::QkNormRopeForwardProblem& p, Execution& exec) {
-    record_scalar(exec, {});
     for (const auto& stream : p.streams) {
-      exec.partition.push_back({{0, detail::row_count(stream.x)}});
+      record_scalar(exec, {detail::row_count(stream.x)});
       reference::norm_rope_forward(stream);
     }
   };
   ops.qk_norm_rope_backward = [](const detail::QkNormRopeBackwardProblem& p, Execution& exec) {
-    record_scalar(exec, {});
     for (const auto& stream : p.streams) {
-      exec.partition.push_back({{0, detail::row_count(stream.x)}});
+      record_scalar(exec, {detail::row_count(stream.x)});
       reference::norm_rope_backward(stream);
     }
     detail::zero_empty_stream_grads_on_host(p);

@@ -70,7 +70,10 @@ struct Execution {
   Device device;             // the device every tensor of the call lives on
   ExecutionContext context;  // where a device backend queues its work
   std::string isa;  // instruction-set path, "scalar" for the reference, "cuda" for sm_XX code
-  int threads = 1;
+  int threads = 1;  // threads that ran the call: the most of any of its passes
+  // Whether the call is traced (set by the op layer): only then do CPU backends fill
+  // `partition`, which allocates.
+  bool traced = false;
   // Row ranges handed to threads, one list per parallel pass (CPU backends).
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> partition;
   std::vector<LaunchRecord> launches;  // device backends, in launch order
