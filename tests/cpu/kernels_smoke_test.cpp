@@ -2,7 +2,8 @@
 // backend, byte for byte, on every ISA path this machine runs: all dtypes of inputs,
 // outputs and weights, both norm modes, both pairings and layouts, head dims with and
 // without a tail chunk, strided, padded, unaligned and in-place memory, row ranges
-// that start mid-tensor, and rows of NaN, Inf, subnormal and huge values.
+// that start mid-tensor, rows of NaN, Inf, subnormal and huge values, and mixtures of
+// rows that take the forward's NaN-free roundings and rows that do not.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -404,6 +405,136 @@ TEST_P(KernelsSmoke, FusedNormRope) {
                     }
                     return outputs;
                   });
+          }
+        }
+      }
+    }
+  }
+  RecordProperty("cases", cases_);
+}
+
+// The forward kernels drop the NaN select of a row's roundings when the row is
+// NaN-free (finite sum of squares and rstd, a finite nonzero weight: rms_row_nan_free
+// in row_kernels.hpp), and keep it otherwise. Rows of kind r % 7, so that every batch
+// of 4 rows mixes kinds and a row's choice cannot leak into its neighbours':
+//   0 plain; 1 plain but one NaN; 2 plain but one +-Inf; 3 finite with a sum of
+//   squares that overflows (fp16 cannot: its largest values); 4 zeros of both signs
+//   (rstd = Inf with eps = 0); 5 values whose squares underflow, some exact zeros
+//   (rstd huge or Inf, x * rstd Inf or NaN); 6 one element 1, the rest 0.
+void fill_split_rows(PlacedBuffer& b, Rng& rng) {
+  const std::int64_t d = b.shape().back();
+  const DType t = b.dtype();
+  const std::uint32_t nan_bits =
+      t == DType::F32 ? 0xFFC00001u : (t == DType::BF16 ? 0xFFC1u : 0xFE01u);
+  std::int64_t special_at = 0;
+  for (std::int64_t i = 0; i < b.numel(); ++i) {
+    const std::int64_t row = i / d;
+    const std::int64_t kind = row % 7;
+    if (i % d == 0) special_at = rng.below(d);
+    const bool special = i % d == special_at;
+    float v = static_cast<float>(rng.uniform(-2.0, 2.0));
+    if (kind == 1 && special) {
+      b.set_bits(i, nan_bits);
+      continue;
+    }
+    if (kind == 2 && special) v = contract::float_of(rng.below(2) == 0 ? 0x7F800000u : 0xFF800000u);
+    if (kind == 3)
+      v = static_cast<float>(rng.uniform(-1.0, 1.0) * (t == DType::F16 ? 65504.0 : 3e38));
+    if (kind == 4) v = rng.below(2) == 0 ? 0.0f : -0.0f;
+    if (kind == 5) {
+      const double tiny = t == DType::F16 ? 0x1p-24 : 0x1p-140;
+      v = rng.below(3) == 0 ? 0.0f : static_cast<float>(rng.uniform(-4.0, 4.0) * tiny);
+    }
+    if (kind == 6) v = special ? 1.0f : 0.0f;
+    b.set_bits(i, bits_of_value(t, v));
+  }
+}
+
+// Weights of a kind: 0 plain; 1 huge (outputs overflow to Inf, fp16 outputs from any
+// dtype); 2 one +0 or -0; 3 one +-Inf; 4 one NaN. Only kinds 0 and 1 allow NaN-free rows.
+std::optional<PlacedBuffer> make_split_weight(std::optional<DType> dtype, int kind, int d,
+                                              Rng& rng) {
+  if (!dtype) return std::nullopt;
+  PlacedBuffer w(*dtype, {d});
+  const double huge = *dtype == DType::F16 ? 65504.0 : 3e38;
+  const std::int64_t special_at = rng.below(d);
+  for (std::int64_t i = 0; i < d; ++i) {
+    float v = static_cast<float>(rng.uniform(0.5, 1.5) * (rng.below(2) == 0 ? 1 : -1));
+    if (kind == 1) v = static_cast<float>(v * huge / 1.5);
+    if (i == special_at && kind == 2) v = rng.below(2) == 0 ? 0.0f : -0.0f;
+    if (i == special_at && kind == 3)
+      v = contract::float_of(rng.below(2) == 0 ? 0x7F800000u : 0xFF800000u);
+    if (i == special_at && kind == 4) v = contract::float_of(0x7FC00000u);
+    w.set_bits(i, bits_of_value(*dtype, v));
+  }
+  return w;
+}
+
+TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
+  Rng rng(5);
+  const std::optional<DType> weights[] = {std::nullopt, DType::F32, DType::BF16, DType::F16};
+  for (int d : {18, 128}) {
+    for (DType in : kDtypes) {
+      for (DType out : kDtypes) {
+        for (const std::optional<DType>& wt : weights) {
+          for (int weight_kind = 0; weight_kind < (wt ? 5 : 1); ++weight_kind) {
+            for (NormMode mode : {NormMode::Single, NormMode::Diffusers}) {
+              for (float eps : {0.0f, 1e-6f}) {
+                const std::string name =
+                    describe_case("nan-free split", d, in, out, Memory::Contiguous) +
+                    " w=" + (wt ? dtype_name(*wt) : "none") + " kind " +
+                    std::to_string(weight_kind) + " mode " + norm_mode_name(mode) + " eps " +
+                    std::to_string(eps);
+                PlacedBuffer x(in, {2, 3, 7, d});
+                fill_split_rows(x, rng);
+                const std::optional<PlacedBuffer> w = make_split_weight(wt, weight_kind, d, rng);
+                check("rmsnorm_forward " + name, [&](const cpu::Kernels* k) {
+                  PlacedBuffer y(out, x.shape());
+                  const auto p = detail::make_rmsnorm_forward(x.cview(), cview(w), y.view(),
+                                                              RmsNormOptions{eps, mode});
+                  if (k == nullptr) {
+                    reference::qk_rmsnorm_forward(p);
+                  } else {
+                    in_two_ranges(rows_of(x.cview()),
+                                  [&](cpu::RowRange r) { k->rmsnorm_forward(p, r); });
+                  }
+                  return Outputs{test::named_bytes("y", y)};
+                });
+
+                constexpr std::int64_t kSeq = 7;
+                PlacedBuffer q(in, stored_shape(Layout::BSHD, kSeq, 3, d));
+                PlacedBuffer kx(in, stored_shape(Layout::BSHD, kSeq, 2, d));
+                fill_split_rows(q, rng);
+                fill_split_rows(kx, rng);
+                const auto tables = make_tables(kSeq, d, Memory::Contiguous, rng);
+                std::array<std::optional<PlacedBuffer>, 4> fw;
+                for (auto& one : fw) one = make_split_weight(wt, weight_kind, d, rng);
+                const QkNormWeights wv{cview(fw[0]), cview(fw[1]), cview(fw[2]), cview(fw[3])};
+                QkNormRopeOptions options;
+                options.eps = eps;
+                options.mode = mode;
+                options.pairing = d == 18 ? Pairing::Half : Pairing::Interleaved;
+                options.layout = Layout::BSHD;
+                options.text_len = 2;
+                check("norm_rope_forward " + name, [&](const cpu::Kernels* kern) {
+                  PlacedBuffer q_out(out, q.shape());
+                  PlacedBuffer k_out(out, kx.shape());
+                  const auto p = detail::make_qk_norm_rope_forward(
+                      q.cview(), kx.cview(), wv, tables[0].cview(), tables[1].cview(), q_out.view(),
+                      k_out.view(), options);
+                  for (const auto& stream : p.streams) {
+                    if (kern == nullptr) {
+                      reference::norm_rope_forward(stream);
+                    } else {
+                      in_two_ranges(rows_of(stream.x),
+                                    [&](cpu::RowRange r) { kern->norm_rope_forward(stream, r); });
+                    }
+                  }
+                  return Outputs{test::named_bytes("q_out", q_out),
+                                 test::named_bytes("k_out", k_out)};
+                });
+              }
+            }
           }
         }
       }

@@ -13,7 +13,8 @@
 //   steps on the sums.
 // - Stores: NaN becomes the positive canonical NaN, then round to nearest-even to
 //   the output dtype (store_output); the same for `round_through`, whose NaN may be
-//   any NaN because a NaN never turns back into a number.
+//   any NaN because a NaN never turns back into a number. Rows that cannot hold a NaN
+//   at a rounding skip the NaN select there (kNaNFree, "NaN-free rows" below).
 //
 // V provides, for its register type F of 16 fp32 lanes:
 //   zero, broadcast(float), add, sub, mul, negate, negate_even (lanes 0, 2, ...),
@@ -59,6 +60,7 @@ constexpr int kAnyDType = -1;
 
 template <int kFixedLength, int kFixedDType>
 struct RowFormat {
+  static constexpr int kDType = kFixedDType;
   static constexpr int kCapacity =
       kFixedLength != 0 ? (kFixedLength + kLanes - 1) / kLanes : kMaxRowChunks;
   int runtime_length = kFixedLength;
@@ -205,6 +207,43 @@ bool chunk_aligned(const Elem* p) {
   return reinterpret_cast<std::uintptr_t>(p) % (sizeof(Elem) * kLanes) == 0;
 }
 
+// ---- NaN-free rows ---------------------------------------------------------------
+// The NaN select before a rounding (V::canonical_nan: compare unordered, blend; 2 of
+// the 7 AVX2 instructions per 8 lanes of a bf16 rounding) changes nothing where no lane
+// is NaN, and the roundings give the contract's bits for every other value without it:
+// - round_bf16 / to_bf16 add 0x7FFF + (lowest kept bit) to the bits. For +-Inf
+//   (0x7F800000, lowest kept bit 0) that is 0x7F807FFF, high half 0x7F80: Inf. For
+//   the largest finite, 0x7F7FFFFF + 0x8000 = 0x7F807FFF: Inf, the contract's overflow.
+//   No finite value or Inf reaches 0x7F810000 (the first bf16 NaN) nor carries into
+//   the sign bit, so no NaN bits come out of a NaN-free input.
+// - vcvtps2ph (round_f16 / to_f16) rounds finite values and Inf as contract::f32_to_f16
+//   whatever the NaN handling; the fp32 store is the identity on non-NaN values.
+// So a compile-time flag kNaNFree, chosen per row by the kernels that can prove it
+// (rms_row_nan_free), drops the select; every other row and kernel keeps it.
+template <class V, bool kNaNFree>
+KA_CHUNK_STEP typename V::F canonical_nan_unless(typename V::F v) {
+  if constexpr (kNaNFree) {
+    return v;
+  } else {
+    return V::canonical_nan(v);
+  }
+}
+
+// Calls body(std::bool_constant<nan_free>{}): one instantiation per case, the branch
+// once per row.
+template <class Body>
+KA_CHUNK_STEP void with_nan_free(bool nan_free, const Body& body) {
+  if (nan_free) {
+    body(std::true_type{});
+  } else {
+    body(std::false_type{});
+  }
+}
+
+inline bool is_finite(float v) {
+  return (contract::bits_of(v) & 0x7FFFFFFFu) < 0x7F800000u;
+}
+
 // Chunk c of a row at dst, elements `step` apart; `convert(F)` gives what V::store
 // writes for 16 elements of type Elem.
 template <class V, class Elem, class Format, class Convert>
@@ -226,23 +265,26 @@ KA_CHUNK_STEP void store_chunk_as(typename V::F value, int c, Format format, Ele
 }
 
 // contract::store_output of chunk c of a row at t.data[offset]; `streaming`: with
-// non-temporal stores where the row allows (see streams_output).
-template <class V, class Format>
+// non-temporal stores where the row allows (see streams_output); kNaNFree: no lane of
+// value is NaN.
+template <class V, bool kNaNFree = false, class Format>
 KA_CHUNK_STEP void store_chunk(typename V::F value, int c, Format format, const RowOutput& t,
                                std::int64_t offset, bool streaming) {
   using F = typename V::F;
   switch (format.dtype(t.dtype)) {
     case DType::F32:
       store_chunk_as<V>(value, c, format, static_cast<float*>(t.data) + offset, t.step, streaming,
-                        [](F v) { return V::canonical_nan(v); });
+                        [](F v) { return canonical_nan_unless<V, kNaNFree>(v); });
       return;
     case DType::BF16:
       store_chunk_as<V>(value, c, format, static_cast<std::uint16_t*>(t.data) + offset, t.step,
-                        streaming, [](F v) { return V::to_bf16(V::canonical_nan(v)); });
+                        streaming,
+                        [](F v) { return V::to_bf16(canonical_nan_unless<V, kNaNFree>(v)); });
       return;
     case DType::F16:
       store_chunk_as<V>(value, c, format, static_cast<std::uint16_t*>(t.data) + offset, t.step,
-                        streaming, [](F v) { return V::to_f16(V::canonical_nan(v)); });
+                        streaming,
+                        [](F v) { return V::to_f16(canonical_nan_unless<V, kNaNFree>(v)); });
       return;
   }
 }
@@ -259,27 +301,44 @@ inline bool streams_output(const RowPlan& p) {
   return p.out.step == 1 && rows * p.d * element_bytes >= kStreamingMinBytes;
 }
 
-// contract::round_through of 16 elements: the values a tensor of `dtype` would hold.
-template <class V>
+// contract::round_through of 16 elements: the values a tensor of `dtype` would hold;
+// kNaNFree: no lane of v is NaN (round_f16 needs no select either way).
+template <class V, bool kNaNFree = false>
 KA_CHUNK_STEP typename V::F round_through(DType dtype, typename V::F v) {
   switch (dtype) {
     case DType::F32:
       return v;
     case DType::BF16:
-      return V::round_bf16(V::canonical_nan(v));
+      return V::round_bf16(canonical_nan_unless<V, kNaNFree>(v));
     case DType::F16:
       return V::round_f16(v);
   }
   return v;
 }
 
-// The weight, or the contract's fp32 ones when there is none.
+// The weight, or the contract's fp32 ones when there is none, and whether every
+// element is finite and nonzero: then mul(t, w_i) is NaN only where t is (finite or
+// infinite t gives a finite or infinite product; 0 * Inf needs a zero or Inf operand).
 template <class V, class Format>
-void load_weight(const NormParams& norm, Format format, typename V::F* weight) {
+struct RowWeight {
+  typename V::F chunk[Format::kCapacity];
+  bool finite_nonzero = true;
+};
+
+template <class V, class Format>
+void load_weight(const NormParams& norm, Format format, RowWeight<V, Format>& weight) {
   if (norm.weight == nullptr) {
-    for (int c = 0; c < format.chunks(); ++c) weight[c] = V::broadcast(1.0f);
-  } else {
-    load_row<V>(norm.weight, norm.weight_dtype, 0, norm.weight_step, format, weight);
+    for (int c = 0; c < format.chunks(); ++c) weight.chunk[c] = V::broadcast(1.0f);
+    weight.finite_nonzero = true;
+    return;
+  }
+  load_row<V>(norm.weight, norm.weight_dtype, 0, norm.weight_step, format, weight.chunk);
+  // Once per kernel call (d scalar tests): the widened values, lanes past d excluded.
+  float elems[Format::kCapacity * kLanes];
+  for (int c = 0; c < format.chunks(); ++c) V::store(elems + c * kLanes, weight.chunk[c]);
+  weight.finite_nonzero = true;
+  for (int i = 0; i < format.length(); ++i) {
+    weight.finite_nonzero = weight.finite_nonzero && is_finite(elems[i]) && elems[i] != 0.0f;
   }
 }
 
@@ -308,34 +367,57 @@ KA_CHUNK_STEP void add_chunk_to(float* sums, int c, Format format, typename V::F
 template <class V, class Format, int kRows>
 using RowBatch = typename V::F[kRows][Format::kCapacity];
 
-// contract::rms_normalized of 16 elements, r = the row's rstd in every lane.
-template <class V, class Format>
+// contract::rms_normalized of 16 elements, r = the row's rstd in every lane;
+// kNaNFree: the row is NaN-free (rms_row_nan_free).
+template <class V, bool kNaNFree = false, class Format>
 KA_CHUNK_STEP typename V::F normalized(const NormParams& norm, Format format, typename V::F r,
                                        typename V::F x) {
   const typename V::F n = V::mul(x, r);
   return norm.mode == contract::NormMode::Diffusers
-             ? round_through<V>(format.dtype(norm.weight_dtype), n)
+             ? round_through<V, kNaNFree>(format.dtype(norm.weight_dtype), n)
              : n;
 }
 
 // contract::rms_forward of 16 elements.
-template <class V, class Format>
+template <class V, bool kNaNFree = false, class Format>
 KA_CHUNK_STEP typename V::F rms_forward(const NormParams& norm, Format format, typename V::F r,
                                         typename V::F x, typename V::F weight) {
-  return V::mul(normalized<V>(norm, format, r, x), weight);
+  return V::mul(normalized<V, kNaNFree>(norm, format, r, x), weight);
 }
 
-// contract::row_rstd of each row of the batch.
+// Whether the forward of a row can produce no NaN before its output rounding, from its
+// sum of squares and rstd (scalars the row computes anyway) and the weight's flag.
+// NaN arises only from a NaN operand, Inf - Inf, 0 * Inf, 0 / 0, Inf / Inf or the
+// square root of a negative number. Here:
+// - ss finite: every x_i is finite (the terms x_i * x_i are >= 0, so an Inf or NaN
+//   element makes ss Inf or NaN; no Inf - Inf can cancel them);
+// - rstd finite (eps may be 0: a zero row has rstd = 1/sqrt(0) = Inf, and 0 * Inf is
+//   NaN; an Inf ss gives rstd = 0): x_i * rstd is a product of finite numbers, finite
+//   or overflowing to +-Inf, never NaN; rounding it through the weight's dtype keeps it
+//   a number or +-Inf;
+// - the weight finite and nonzero: t * w_i is finite or +-Inf for any such t.
+// So the rounding through the weight's dtype, the output rounding of rmsnorm, and the
+// fused forward's rounding to its intermediate tensor see no NaN. The rotation after
+// it is not covered: its products may overflow and Inf - Inf is NaN, so the fused
+// forward's final store keeps the select. RoPE alone (user tables are unbounded and
+// x may hold Inf) and the backwards (rstd * g - x * coef may be Inf - Inf) have no
+// condition this cheap and keep the select everywhere.
+inline bool rms_row_nan_free(float sum_squares, float rstd, bool weight_finite_nonzero) {
+  return is_finite(sum_squares) && is_finite(rstd) && weight_finite_nonzero;
+}
+
+// contract::row_rstd of each row of the batch, with the sums of squares it came from.
 template <class V, class Format, int kRows>
 void rms_rstd_rows(const NormParams& norm, Format format, const RowBatch<V, Format, kRows>& x,
-                   float (&rstd)[kRows]) {
+                   float (&sum_squares)[kRows], float (&rstd)[kRows]) {
   typename V::F squares[kRows];
   for (auto& s : squares) s = V::zero();
   for (int c = 0; c < format.chunks(); ++c) {
     for (int b = 0; b < kRows; ++b) squares[b] = V::add(squares[b], V::mul(x[b][c], x[b][c]));
   }
   for (int b = 0; b < kRows; ++b) {
-    rstd[b] = contract::rms_rstd(V::tree_reduce(squares[b]), format.length(), norm.eps);
+    sum_squares[b] = V::tree_reduce(squares[b]);
+    rstd[b] = contract::rms_rstd(sum_squares[b], format.length(), norm.eps);
   }
 }
 
@@ -519,7 +601,8 @@ struct NormBatch {
 // the offsets, the stream fence. For each batch, after loading x, it calls
 //   prepare(format, batch, b, row, table) for each row b at `row` (the backwards load
 //   dy there),
-//   compute(format, batch, weight, table, streaming) for the batch,
+//   compute(format, batch, weight, table, streaming) for the batch (weight: a
+//   RowWeight),
 // with `table` the RoPE table expansion the batches share (fused kernels only).
 template <class V, class Prepare, class Compute>
 void for_norm_batches(const RowPlan& p, std::int64_t begin, std::int64_t end,
@@ -528,7 +611,7 @@ void for_norm_batches(const RowPlan& p, std::int64_t begin, std::int64_t end,
   with_row_format(p, [&](auto format) {
     using Format = decltype(format);
     RotationTable<V, Format> table;
-    typename V::F weight[Format::kCapacity];
+    RowWeight<V, Format> weight;
     load_weight<V>(p.norm, format, weight);
     RowWalk row(p.extents, begin);
     for_row_batches<Format>(begin, end, [&](auto rows) {
@@ -548,28 +631,43 @@ void for_norm_batches(const RowPlan& p, std::int64_t begin, std::int64_t end,
 // Loads nothing more than x.
 constexpr auto kNothingToPrepare = [](auto&&...) {};
 
-// The forward kernels' rows: calls body(b, r) for each row b of the batch, r = the
-// row's rstd in every lane.
-template <class V, class Format, class Batch, class Body>
+// The forward kernels' rows: calls body(b, r, nan_free) for each row b of the batch,
+// r = the row's rstd in every lane, nan_free = std::bool_constant<rms_row_nan_free>
+// where kSplit, else std::false_type (the kernel has no select to drop).
+template <class V, bool kSplit, class Format, class Batch, class Body>
 KA_CHUNK_STEP void for_each_rstd(const NormParams& norm, Format format, const Batch& batch,
-                                 const Body& body) {
+                                 const RowWeight<V, Format>& weight, const Body& body) {
   constexpr int kRows = std::extent_v<decltype(batch.out_offset)>;
+  float sum_squares[kRows];
   float rstd[kRows];
-  rms_rstd_rows<V>(norm, format, batch.x, rstd);
-  for (int b = 0; b < kRows; ++b) body(b, V::broadcast(rstd[b]));
+  rms_rstd_rows<V>(norm, format, batch.x, sum_squares, rstd);
+  for (int b = 0; b < kRows; ++b) {
+    if constexpr (kSplit) {
+      const bool nan_free = rms_row_nan_free(sum_squares[b], rstd[b], weight.finite_nonzero);
+      with_nan_free(nan_free, [&](auto row_nan_free) KA_CHUNK_LAMBDA {
+        body(b, V::broadcast(rstd[b]), row_nan_free);
+      });
+    } else {
+      body(b, V::broadcast(rstd[b]), std::false_type{});
+    }
+  }
 }
 
 template <class V>
 void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
   const RowPlan p = plan;
-  const auto compute = [&](auto format, const auto& batch, const auto* weight, auto&,
+  const auto compute = [&](auto format, const auto& batch, const auto& weight, auto&,
                            bool streaming) KA_CHUNK_LAMBDA {
-    for_each_rstd<V>(p.norm, format, batch, [&](int b, typename V::F r) KA_CHUNK_LAMBDA {
-      for (int c = 0; c < format.chunks(); ++c) {
-        store_chunk<V>(rms_forward<V>(p.norm, format, r, batch.x[b][c], weight[c]), c, format,
-                       p.out, batch.out_offset[b], streaming);
-      }
-    });
+    // Every output dtype's store has a select to drop.
+    for_each_rstd<V, true>(
+        p.norm, format, batch, weight, [&](int b, typename V::F r, auto nan_free) KA_CHUNK_LAMBDA {
+          constexpr bool kNaNFree = decltype(nan_free)::value;
+          for (int c = 0; c < format.chunks(); ++c) {
+            store_chunk<V, kNaNFree>(
+                rms_forward<V, kNaNFree>(p.norm, format, r, batch.x[b][c], weight.chunk[c]), c,
+                format, p.out, batch.out_offset[b], streaming);
+          }
+        });
   };
   for_norm_batches<V>(p, begin, end, kNothingToPrepare, compute);
 }
@@ -577,9 +675,9 @@ void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_
 // The rmsnorm backward of a batch whose dy rows are loaded: dx stored, dw terms added.
 template <class V>
 auto rms_backward_batch(const RowPlan& p, float* dw_partial) {
-  return [&p, dw_partial](auto format, const auto& batch, const auto* weight, auto&,
+  return [&p, dw_partial](auto format, const auto& batch, const auto& weight, auto&,
                           bool streaming) KA_CHUNK_LAMBDA {
-    rms_backward_rows<V>(p.norm, weight, format, batch.x, batch.dy, dw_partial,
+    rms_backward_rows<V>(p.norm, weight.chunk, format, batch.x, batch.dy, dw_partial,
                          [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
                            store_chunk<V>(dx, c, format, p.out, batch.out_offset[b], streaming);
                          });
@@ -623,18 +721,30 @@ void rope_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, floa
 template <class V>
 void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
   const RowPlan p = plan;
-  const auto compute = [&](auto format, const auto& batch, const auto* weight, auto& table,
+  const auto compute = [&](auto format, const auto& batch, const auto& weight, auto& table,
                            bool streaming) KA_CHUNK_LAMBDA {
-    for_each_rstd<V>(p.norm, format, batch, [&](int b, typename V::F r) KA_CHUNK_LAMBDA {
-      const auto normalized_chunk = [&](int c) KA_CHUNK_LAMBDA {
-        return round_through<V>(format.dtype(p.out.dtype),
-                                rms_forward<V>(p.norm, format, r, batch.x[b][c], weight[c]));
-      };
-      rotate_chunks<V>(p.rope, table_for<V>(p.rope, batch.table_row[b], format, table), format,
-                       normalized_chunk, [&](int c, typename V::F y) KA_CHUNK_LAMBDA {
-                         store_chunk<V>(y, c, format, p.out, batch.out_offset[b], streaming);
-                       });
-    });
+    // Before the rotation only bf16 roundings have a select (round_f16 has none, fp32's
+    // is the identity), so formats of fp32 or fp16 throughout take one path: a second
+    // copy of the row loop would cost code and registers for nothing (measured: +7%
+    // instructions per byte for fp32, +1.5% for fp16).
+    using Format = decltype(format);
+    constexpr bool kSplit =
+        Format::kDType == kAnyDType || Format::kDType == static_cast<int>(DType::BF16);
+    for_each_rstd<V, kSplit>(
+        p.norm, format, batch, weight, [&](int b, typename V::F r, auto nan_free) KA_CHUNK_LAMBDA {
+          // NaN-free up to the intermediate tensor only (rms_row_nan_free): the store after
+          // the rotation keeps its select.
+          constexpr bool kNaNFree = decltype(nan_free)::value;
+          const auto normalized_chunk = [&](int c) KA_CHUNK_LAMBDA {
+            return round_through<V, kNaNFree>(
+                format.dtype(p.out.dtype),
+                rms_forward<V, kNaNFree>(p.norm, format, r, batch.x[b][c], weight.chunk[c]));
+          };
+          rotate_chunks<V>(p.rope, table_for<V>(p.rope, batch.table_row[b], format, table), format,
+                           normalized_chunk, [&](int c, typename V::F y) KA_CHUNK_LAMBDA {
+                             store_chunk<V>(y, c, format, p.out, batch.out_offset[b], streaming);
+                           });
+        });
   };
   for_norm_batches<V>(p, begin, end, kNothingToPrepare, compute);
 }
