@@ -173,6 +173,20 @@ std::int64_t rows_of(const ConstTensorView& v) {
   return v.numel() / v.shape[v.rank - 1];
 }
 
+// The fused forward of every stream of `p`: with `kernels` in two ranges, or with the
+// reference when kernels is null.
+void norm_rope_forward_streams(const detail::QkNormRopeForwardProblem& p,
+                               const cpu::Kernels* kernels) {
+  for (const auto& stream : p.streams) {
+    if (kernels == nullptr) {
+      reference::norm_rope_forward(stream);
+    } else {
+      in_two_ranges(rows_of(stream.x),
+                    [&](cpu::RowRange r) { kernels->norm_rope_forward(stream, r); });
+    }
+  }
+}
+
 // One case: `run(kernels)` computes its outputs on fresh storage with the given
 // kernels, or with the reference backend when kernels is null.
 using CaseRun = std::function<Outputs(const cpu::Kernels* kernels)>;
@@ -355,14 +369,7 @@ TEST_P(KernelsSmoke, FusedNormRope) {
               const auto p = detail::make_qk_norm_rope_forward(
                   in_place ? q_out.cview() : q.cview(), in_place ? k_out.cview() : k.cview(), wv,
                   tables[0].cview(), tables[1].cview(), q_out.view(), k_out.view(), options);
-              for (const auto& stream : p.streams) {
-                if (kern == nullptr) {
-                  reference::norm_rope_forward(stream);
-                } else {
-                  in_two_ranges(rows_of(stream.x),
-                                [&](cpu::RowRange r) { kern->norm_rope_forward(stream, r); });
-                }
-              }
+              norm_rope_forward_streams(p, kern);
               return Outputs{test::named_bytes("q_out", q_out), test::named_bytes("k_out", k_out)};
             });
 
@@ -522,14 +529,7 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                   const auto p = detail::make_qk_norm_rope_forward(
                       q.cview(), kx.cview(), wv, tables[0].cview(), tables[1].cview(), q_out.view(),
                       k_out.view(), options);
-                  for (const auto& stream : p.streams) {
-                    if (kern == nullptr) {
-                      reference::norm_rope_forward(stream);
-                    } else {
-                      in_two_ranges(rows_of(stream.x),
-                                    [&](cpu::RowRange r) { kern->norm_rope_forward(stream, r); });
-                    }
-                  }
+                  norm_rope_forward_streams(p, kern);
                   return Outputs{test::named_bytes("q_out", q_out),
                                  test::named_bytes("k_out", k_out)};
                 });
