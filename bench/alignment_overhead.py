@@ -41,7 +41,7 @@ def main():
             model(x)
             per_step = recorder.records
             hooked = best_of(lambda: model(x))
-    print(f"fixed cost of a hooked module call ([4, 8] f32 output): "
+    print(f"fixed cost of a hooked module call ([4, 8] fp32 output): "
           f"{(hooked - plain) / per_step * 1e6:.1f} us ({per_step} calls a step)")
     big = torch.randn(4, 1024, 1024).bfloat16()
     seconds = best_of(lambda: alignment.digests(big, 0), 10)

@@ -41,7 +41,7 @@ __all__ = ["digest_modules", "digests", "find_cli", "ROOT_NAME"]
 ROOT_NAME = "(root)"
 
 # The library's dtype names (docs/trace.md) where it has them; torch's otherwise.
-_DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def digests(tensor: torch.Tensor, batch_dim: int | None = None) -> list[str]:
@@ -250,7 +250,7 @@ def digest_modules(model: torch.nn.Module, path: str | os.PathLike,
 # ---------------------------------------------------------------------------------------
 # python -m kernel_align.alignment check
 
-_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "f16": torch.float16}
+_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 AXES = (16, 56, 56)  # Qwen-Image's axes_dims_rope
 HEAD_DIM = 128  # Qwen-Image's attention_head_dim
 SLOT = 2  # the sampler's batch slot that the trainer runs alone
@@ -511,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "check":
         print("usage: python -m kernel_align.alignment check [--layers N] [--heads N] "
-              "[--image WxH] [--text-len N] [--dtype bf16|f16|f32] [--json FILE] [--keep DIR] "
+              "[--image WxH] [--text-len N] [--dtype bf16|fp16|fp32] [--json FILE] [--keep DIR] "
               "[--cli PATH]", file=sys.stderr)
         return 2
     return check(argv[1:])

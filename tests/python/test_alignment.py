@@ -207,7 +207,7 @@ def test_hooks_record_every_module_call(tmp_path):
             per_sample = t.shape[0] == 4
             assert entry["batch_dim"] == (0 if per_sample else None)
             assert entry["shape"] == list(t.shape) and entry["strides"] == list(t.stride())
-            assert entry["dtype"] == "f32"
+            assert entry["dtype"] == "fp32"
             assert r["digests"][entry["name"]] == expected_digests(t, entry["batch_dim"])
     assert calls["blocks.0.act"] == 2 and calls["blocks.1.act"] == 2
     # One session, seq from 0 in file order.
@@ -408,7 +408,7 @@ def test_check_command(tmp_path, capsys):
     cli()
     out = tmp_path / "check.json"
     assert alignment.main(["check", "--layers", "1", "--image", "64x64", "--text-len", "8",
-                           "--dtype", "f32", "--json", str(out), "--keep",
+                           "--dtype", "fp32", "--json", str(out), "--keep",
                            str(tmp_path / "traces")]) == 0
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
