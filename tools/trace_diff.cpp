@@ -316,25 +316,24 @@ std::optional<std::string> compare_calls(const Record& a, const Record& b,
     const std::vector<std::string>& da = output_a.digests;
     const std::vector<std::string>& db = output_b->digests;
     if (sample) {
-      if (a.module && b.module && output_a.batched() != output_b->batched()) {
+      const bool modules = a.module && b.module;
+      if (modules && output_a.batched() != output_b->batched()) {
         return "output " + output_a.name + " has one digest per sample in " +
                (output_a.batched() ? "A" : "B") + " only";
       }
-      // A module's output that does not carry the batch (a table of positions, say) is
-      // compared whole below; a library output that does not (dw, a sum over the
-      // batch) cannot be, and is skipped.
-      if ((!output_a.batched() || !output_b->batched()) && !(a.module && b.module)) {
-        ++tally.outputs_skipped;
-        continue;
-      }
-      if (!output_a.batched()) {
-        // Compared whole below.
-      } else {
+      if (output_a.batched() && output_b->batched()) {
         ++tally.digests_compared;
         if (da[sample->a] != db[sample->b]) {
           return digest_difference(output_a.name, sample->a, sample->b, da[sample->a],
                                    db[sample->b]);
         }
+        continue;
+      }
+      // An output without the batch: a module's (a table of positions, say) is compared
+      // whole below; a library output's (dw, a sum over the batch) cannot be, and is
+      // skipped.
+      if (!modules) {
+        ++tally.outputs_skipped;
         continue;
       }
     }
