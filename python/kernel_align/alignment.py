@@ -172,7 +172,7 @@ class _Recorder:
             batch_dim = self.batch_dim if per_sample else None
             tensors.append({"name": out, "dtype": _dtype_name(t.dtype), "shape": list(t.shape),
                             "strides": list(t.stride()), "batch_dim": batch_dim})
-            digest_lists[out] = list(ops.digests(t.detach(), batch_dim))
+            digest_lists[out] = digests(t, batch_dim)
         record = {"kind": "module", "op": name, "module_type": type(module).__name__,
                   "call": call, "direction": direction, "tensors": tensors,
                   "digests": digest_lists}
