@@ -24,20 +24,29 @@ int threads_for(std::int64_t rows, int d) {
   return static_cast<int>(std::min<std::int64_t>(num_threads(), by_size));
 }
 
-// Calls kernel(range) over [0, rows) in contiguous ranges, one per thread; records the
-// threads that ran and, when the call is traced, the ranges in exec (no allocation
-// otherwise: a call's cost is 4-10 ms, but a small one's is microseconds).
+// Notes a parallel pass in exec: the threads that ran it and, when the call is traced,
+// the row range of each of its `tasks` (range_of(task)). Untraced calls allocate
+// nothing here.
+template <class RangeOf>
+void record_pass(registry::Execution& exec, int threads, std::int64_t tasks,
+                 const RangeOf& range_of) {
+  exec.threads = std::max(exec.threads, threads);
+  if (!exec.traced) return;
+  auto& pass = exec.partition.emplace_back();
+  for (std::int64_t t = 0; t < tasks; ++t) {
+    const RowRange r = range_of(t);
+    pass.emplace_back(r.begin, r.end);
+  }
+}
+
+// Calls kernel(range) over [0, rows) in contiguous ranges, one per thread.
 template <class Kernel>
 void for_rows(std::int64_t rows, int d, registry::Execution& exec, const Kernel& kernel) {
   const int threads = threads_for(rows, d);
   const auto range = [rows, threads](std::int64_t t) {
     return RowRange{rows * t / threads, rows * (t + 1) / threads};
   };
-  exec.threads = std::max(exec.threads, threads);
-  if (exec.traced) {
-    auto& ranges = exec.partition.emplace_back();
-    for (int t = 0; t < threads; ++t) ranges.emplace_back(range(t).begin, range(t).end);
-  }
+  record_pass(exec, threads, threads, range);
   ThreadPool::instance().run(threads, threads, [&](std::int64_t t) {
     const detail::ContractFloatEnvironment env;  // pool threads too, whatever they inherited
     kernel(range(t));
@@ -47,8 +56,7 @@ void for_rows(std::int64_t rows, int d, registry::Execution& exec, const Kernel&
 // The contract's dw: one block sum per contract::kDwBlockRows rows (each block a
 // task of the pool), then the block sums added in block order. `kernel(range,
 // partial)` adds each row's terms into partial[0..d) in row order. The
-// blocks x d scratch is kept per thread. exec records the threads that ran and, when
-// traced, the blocks' row ranges.
+// blocks x d scratch is kept per thread.
 template <class Kernel>
 void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Execution& exec,
                    const Kernel& kernel) {
@@ -57,17 +65,13 @@ void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Exe
   partials.assign(static_cast<std::size_t>(block_count) * static_cast<std::size_t>(d), 0.0f);
   float* const base = partials.data();
   const int threads = static_cast<int>(std::min<std::int64_t>(threads_for(rows, d), block_count));
-  exec.threads = std::max(exec.threads, threads);
-  if (exec.traced) {
-    auto& blocks = exec.partition.emplace_back();
-    for (std::int64_t b = 0; b < block_count; ++b) {
-      blocks.emplace_back(contract::dw_block_begin(rows, b), contract::dw_block_end(rows, b));
-    }
-  }
-  ThreadPool::instance().run(threads, block_count, [&](std::int64_t block) {
+  const auto block = [rows](std::int64_t b) {
+    return RowRange{contract::dw_block_begin(rows, b), contract::dw_block_end(rows, b)};
+  };
+  record_pass(exec, threads, block_count, block);
+  ThreadPool::instance().run(threads, block_count, [&](std::int64_t b) {
     const detail::ContractFloatEnvironment env;
-    kernel(RowRange{contract::dw_block_begin(rows, block), contract::dw_block_end(rows, block)},
-           base + block * d);
+    kernel(block(b), base + b * d);
   });
   for (int i = 0; i < d; ++i) {
     float total = 0.0f;
