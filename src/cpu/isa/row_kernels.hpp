@@ -16,6 +16,12 @@
 //   any NaN because a NaN never turns back into a number. Rows that cannot hold a NaN
 //   at a rounding skip the NaN select there (kNaNFree, "NaN-free rows" below).
 //
+// Each kernel is one loop nest: rows in batches, and within a row its chunks, calling
+// the small helpers below (where a row is, load a chunk, the row constants, round and
+// store a chunk). The one place that turns run-time facts into compile-time ones is
+// with_row_format; a row's NaN-free flag picks between two instantiations of its
+// chunk loop.
+//
 // V provides, for its register type F of 16 fp32 lanes:
 //   zero, broadcast(float), add, sub, mul, negate, negate_even (lanes 0, 2, ...),
 //   swap_pairs (lanes 2k <-> 2k+1), dup_pairs(const float* p) = p0 p0 p1 p1 ... p7 p7,
@@ -42,14 +48,33 @@ namespace {
 
 constexpr int kLanes = contract::kTreeLanes;
 
-// The per-chunk steps below take and return 16-lane values that must stay in
-// registers: a call that is not inlined passes them through memory, which made the
-// kernels several times slower (measured with g++ 12), so they are forced inline.
-#define KA_CHUNK_STEP [[gnu::always_inline]] inline
-// The same for the lambdas that produce and consume chunks (after the parameters).
-#define KA_CHUNK_LAMBDA __attribute__((always_inline))
+// The helpers below take and return 16-lane values that must stay in registers: a call
+// that is not inlined passes them through memory, which made the kernels several times
+// slower (measured with g++ 12: g++ copies the AVX2 two-register value in 16-byte
+// pieces that the following 32-byte load cannot forward from), so they are forced
+// inline, and so are the lambdas handed to rotate_chunks (after their parameters).
+#define KA_INLINE [[gnu::always_inline]] inline
+#define KA_INLINE_LAMBDA __attribute__((always_inline))
+// Calls body(std::bool_constant<flag>...) for run-time flags: one instantiation of body
+// per combination, chosen by one branch per flag (per row, where the kernels use it).
+template <class Body>
+KA_INLINE void with_flags(const Body& body) {
+  body();
+}
+template <class Body, class... Flags>
+KA_INLINE void with_flags(const Body& body, bool flag, Flags... flags) {
+  if (flag) {
+    with_flags([&](auto... known) KA_INLINE_LAMBDA { body(std::true_type{}, known...); }, flags...);
+  } else {
+    with_flags([&](auto... known) KA_INLINE_LAMBDA { body(std::false_type{}, known...); },
+               flags...);
+  }
+}
+
 constexpr int kMaxRowChunks = kMaxRowLength / kLanes;
 static_assert(kMaxRowLength % (2 * kLanes) == 0);
+
+// ---- Row formats -----------------------------------------------------------------
 
 // What a kernel call knows of its rows: their length and chunks, and the dtype of the
 // rows it reads and writes. Compile-time constants where fixed (kFixedLength != 0,
@@ -58,9 +83,21 @@ static_assert(kMaxRowLength % (2 * kLanes) == 0);
 // no dtype dispatch (measured: the dispatch was most of the instructions per element).
 constexpr int kAnyDType = -1;
 
-template <int kFixedLength, int kFixedDType>
+// The dtype x * rstd is rounded through before the weight multiplies it
+// (contract::rms_normalized): the weight's in the diffusers mode; fp32, which rounds
+// nothing, in the single mode.
+constexpr DType norm_rounding(const NormParams& norm) {
+  return norm.mode == contract::NormMode::Diffusers ? norm.weight_dtype : DType::F32;
+}
+
+template <int kFixedLength, int kFixedDType, int kFixedNormDType = kFixedDType>
 struct RowFormat {
   static constexpr int kDType = kFixedDType;
+  // A fixed length is only chosen for rows whose elements are adjacent (step 1) in x,
+  // dy and out, and it is a multiple of 16: every chunk is full and is loaded and
+  // stored in place, with no gather, scatter or tail.
+  static constexpr bool kContiguous = kFixedLength != 0;
+  static_assert(kFixedLength % kLanes == 0);
   static constexpr int kCapacity =
       kFixedLength != 0 ? (kFixedLength + kLanes - 1) / kLanes : kMaxRowChunks;
   int runtime_length = kFixedLength;
@@ -70,8 +107,10 @@ struct RowFormat {
   constexpr int full_chunks() const { return length() / kLanes; }
   // Elements in the last chunk, 1..16.
   constexpr int last_count() const { return length() - (chunks() - 1) * kLanes; }
-  // The dtype of a row of x, dy or out, or the dtype the diffusers mode rounds
-  // through (the weight's): `actual` is the plan's, equal to the fixed one if any.
+  // Elements in chunk c.
+  constexpr int count(int c) const { return c < full_chunks() ? kLanes : last_count(); }
+  // The dtype of a row of x, dy or out: `actual` is the plan's, equal to the fixed one
+  // if any.
   constexpr DType dtype(DType actual) const {
     if constexpr (kFixedDType == kAnyDType) {
       return actual;
@@ -79,41 +118,73 @@ struct RowFormat {
       return static_cast<DType>(kFixedDType);
     }
   }
+  // norm_rounding, fixed or the plan's.
+  constexpr DType norm_dtype(const NormParams& norm) const {
+    if constexpr (kFixedNormDType == kAnyDType) {
+      return norm_rounding(norm);
+    } else {
+      return static_cast<DType>(kFixedNormDType);
+    }
+  }
 };
 
-// The one dtype of every row and rounding of a plan (x, dy where there is one, out,
-// and the weight's where the diffusers mode rounds through it), or kAnyDType.
+// Calls body(c) for each chunk c of a row. Fixed formats unroll the loop (a D = 128 row
+// is 8 chunks), so that the row's values stay in registers and the loop costs no
+// counter: g++ 12 unrolled none of the output loops by itself, their bodies exceeding
+// its full-unroll size limit. Run-time formats keep a plain loop (unrolling it as well
+// made the ISA files take minutes to compile, for code that is rarely run).
+template <class Format, class Body>
+KA_INLINE void for_each_chunk(Format format, const Body& body) {
+  if constexpr (Format::kContiguous) {
+#pragma GCC unroll 16
+    for (int c = 0; c < Format::kCapacity; ++c) body(c);
+  } else {
+    for (int c = 0; c < format.chunks(); ++c) body(c);
+  }
+}
+
+// The one dtype of every row of a plan (x, dy where there is one, out), or kAnyDType.
 inline int uniform_dtype(const RowPlan& p) {
   const DType t = p.x.dtype;
-  const bool uniform = p.out.dtype == t && (p.dy.data == nullptr || p.dy.dtype == t) &&
-                       (p.norm.mode != contract::NormMode::Diffusers || p.norm.weight_dtype == t);
+  const bool uniform = p.out.dtype == t && (p.dy.data == nullptr || p.dy.dtype == t);
   return uniform ? static_cast<int>(t) : kAnyDType;
 }
 
+inline bool rows_contiguous(const RowPlan& p) {
+  return p.x.step == 1 && p.out.step == 1 && (p.dy.data == nullptr || p.dy.step == 1);
+}
+
 // Calls body(format) with the format of the plan's rows: fixed for the head dim of
-// Qwen-Image (and most attention models) with one dtype throughout, which is how a
-// model calls these ops; run-time otherwise.
+// Qwen-Image (and most attention models) in contiguous rows of one dtype, rounded
+// through that dtype or not at all after the normalisation, which is how a model calls
+// these ops; run-time otherwise.
 template <class Body>
-void with_row_format(const RowPlan& p, const Body& body) {
-  if (p.d != 128) {
+void with_format_of_rows(const RowPlan& p, const Body& body) {
+  if (p.d != 128 || !rows_contiguous(p)) {
     body(RowFormat<0, kAnyDType>{p.d});
     return;
   }
-  switch (uniform_dtype(p)) {
-    case static_cast<int>(DType::F32):
-      body(RowFormat<128, static_cast<int>(DType::F32)>{});
-      return;
-    case static_cast<int>(DType::BF16):
-      body(RowFormat<128, static_cast<int>(DType::BF16)>{});
-      return;
-    case static_cast<int>(DType::F16):
-      body(RowFormat<128, static_cast<int>(DType::F16)>{});
-      return;
-    default:
-      body(RowFormat<128, kAnyDType>{});
-      return;
+  constexpr int kF32 = static_cast<int>(DType::F32);
+  constexpr int kBF16 = static_cast<int>(DType::BF16);
+  constexpr int kF16 = static_cast<int>(DType::F16);
+  const int rows = uniform_dtype(p);
+  const int norm = static_cast<int>(norm_rounding(p.norm));
+  if (rows == kF32 && norm == kF32) {
+    body(RowFormat<128, kF32>{});
+  } else if (rows == kBF16 && norm == kBF16) {
+    body(RowFormat<128, kBF16>{});
+  } else if (rows == kBF16 && norm == kF32) {
+    body(RowFormat<128, kBF16, kF32>{});
+  } else if (rows == kF16 && norm == kF16) {
+    body(RowFormat<128, kF16>{});
+  } else if (rows == kF16 && norm == kF32) {
+    body(RowFormat<128, kF16, kF32>{});
+  } else {
+    body(RowFormat<128, kAnyDType>{});
   }
 }
+
+// ---- Where rows are ----------------------------------------------------------------
 
 // Leading indices of rows begin, begin + 1, ... in row-major order.
 class RowWalk {
@@ -141,7 +212,20 @@ class RowWalk {
   std::int64_t index_[kLeadingDims] = {};
 };
 
-// ---- Rows in and out of memory -------------------------------------------------
+// Where one row is in each tensor of the plan (element offsets), and its RoPE table row.
+struct RowPlace {
+  std::int64_t x = 0;
+  std::int64_t dy = 0;
+  std::int64_t out = 0;
+  std::int64_t table_row = 0;
+};
+
+KA_INLINE RowPlace place_of(const RowPlan& p, const RowWalk& row) {
+  return {row.offset(p.x.strides), row.offset(p.dy.strides), row.offset(p.out.strides),
+          p.rope.seq_offset + row.index(p.rope.seq_dim)};
+}
+
+// ---- Loading chunks ----------------------------------------------------------------
 
 // count elements `step` apart, copied to a contiguous 16-element buffer whose
 // other elements are zero: chunks of strided rows and row tails go through it.
@@ -155,56 +239,136 @@ void scatter(const Elem (&chunk)[kLanes], int count, Elem* dst, std::int64_t ste
   for (int i = 0; i < count; ++i) dst[i * step] = chunk[i];
 }
 
-template <class F, class Elem, class Format, class Load>
-KA_CHUNK_STEP void load_chunks(const Elem* src, std::int64_t step, Format format, F* row,
-                               const Load& load) {
-  const int full = format.full_chunks();
-  Elem chunk[kLanes];
-  if (step == 1) {
-    for (int c = 0; c < full; ++c) row[c] = load(src + c * kLanes);
+template <class Elem, class Format, class Load>
+KA_INLINE auto load_chunk_as(const Elem* row, std::int64_t step, int c, Format format,
+                             const Load& load) {
+  if constexpr (Format::kContiguous) {
+    return load(row + c * kLanes);
   } else {
-    for (int c = 0; c < full; ++c) {
-      gather(src + c * kLanes * step, step, kLanes, chunk);
-      row[c] = load(chunk);
-    }
-  }
-  if (full < format.chunks()) {
-    gather(src + full * kLanes * step, step, format.last_count(), chunk);
-    row[full] = load(chunk);
+    const int count = format.count(c);
+    if (step == 1 && count == kLanes) return load(row + c * kLanes);
+    Elem chunk[kLanes];
+    gather(row + c * kLanes * step, step, count, chunk);
+    return load(chunk);
   }
 }
 
-// Elements [0, length) of a row at data[offset], `step` apart, widened to fp32.
+// Chunk c of the row at data[offset] (elements `step` apart, of `dtype`), widened to
+// fp32; +0 past the row's end.
 template <class V, class Format>
-KA_CHUNK_STEP void load_row(const void* data, DType dtype, std::int64_t offset, std::int64_t step,
-                            Format format, typename V::F* row) {
-  switch (dtype) {
+KA_INLINE typename V::F load_chunk(const void* data, DType dtype, std::int64_t offset,
+                                   std::int64_t step, int c, Format format) {
+  switch (format.dtype(dtype)) {
     case DType::F32:
-      load_chunks(static_cast<const float*>(data) + offset, step, format, row,
-                  [](const float* p) { return V::load_f32(p); });
-      return;
+      return load_chunk_as(static_cast<const float*>(data) + offset, step, c, format,
+                           [](const float* p) { return V::load_f32(p); });
     case DType::BF16:
-      load_chunks(static_cast<const std::uint16_t*>(data) + offset, step, format, row,
-                  [](const std::uint16_t* p) { return V::load_bf16(p); });
-      return;
+      return load_chunk_as(static_cast<const std::uint16_t*>(data) + offset, step, c, format,
+                           [](const std::uint16_t* p) { return V::load_bf16(p); });
     case DType::F16:
-      load_chunks(static_cast<const std::uint16_t*>(data) + offset, step, format, row,
-                  [](const std::uint16_t* p) { return V::load_f16(p); });
-      return;
+      return load_chunk_as(static_cast<const std::uint16_t*>(data) + offset, step, c, format,
+                           [](const std::uint16_t* p) { return V::load_f16(p); });
   }
+  return V::zero();
 }
 
 template <class V, class Format>
-KA_CHUNK_STEP void load_row(const RowInput& t, std::int64_t offset, Format format,
-                            typename V::F* row) {
-  load_row<V>(t.data, format.dtype(t.dtype), offset, t.step, format, row);
+KA_INLINE typename V::F load_chunk(const RowInput& in, std::int64_t offset, int c, Format format) {
+  return load_chunk<V>(in.data, in.dtype, offset, in.step, c, format);
 }
 
-// Whether a chunk at p may be stored non-temporally (stream stores need their size's
-// alignment).
-template <class Elem>
-bool chunk_aligned(const Elem* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % (sizeof(Elem) * kLanes) == 0;
+// ---- Rows of a batch, as the kernels read them twice (sums, then outputs) ------------
+//
+// fp32 rows in a contiguous format are read where they are, the second time from L1:
+// copying them to a stack row cost a store per chunk and made fp32 slower out of cache
+// than it was before the rows had a compile-time format (docs/performance.md, the
+// fp32 slow-down since ed3834e: the copies' stores alias the next rows' loads). Every
+// other row is widened once into a stack row, which costs one store per chunk against
+// the two instructions per 8 lanes of widening it again.
+
+template <class V, class Format, int kRowCount>
+class StagedRows {
+ public:
+  using F = typename V::F;
+  static constexpr int kRows = kRowCount;
+  KA_INLINE void load(int b, const RowInput& in, std::int64_t offset, Format format) {
+    for (int c = 0; c < format.chunks(); ++c) chunks_[b][c] = load_chunk<V>(in, offset, c, format);
+  }
+  KA_INLINE void set(int b, int c, F value) { chunks_[b][c] = value; }
+  // By reference: g++ copies a returned AVX2 two-register value through the stack in
+  // 16-byte pieces, which the 32-byte loads after it cannot forward from (measured: +12%
+  // instructions for the bf16 rmsnorm backward, and stalls).
+  KA_INLINE const F& chunk(int b, int c) const { return chunks_[b][c]; }
+
+ private:
+  F chunks_[kRowCount][Format::kCapacity];
+};
+
+template <class V, class Format, int kRowCount>
+class InPlaceRows {
+ public:
+  static constexpr int kRows = kRowCount;
+  KA_INLINE void load(int b, const RowInput& in, std::int64_t offset, Format) {
+    rows_[b] = static_cast<const float*>(in.data) + offset;
+  }
+  KA_INLINE typename V::F chunk(int b, int c) const { return V::load_f32(rows_[b] + c * kLanes); }
+
+ private:
+  const float* rows_[kRowCount] = {};
+};
+
+template <class Format>
+constexpr bool kReadsInPlace = Format::kContiguous&& Format::kDType == static_cast<int>(DType::F32);
+
+template <class V, class Format, int kRows>
+using InputRows = std::conditional_t<kReadsInPlace<Format>, InPlaceRows<V, Format, kRows>,
+                                     StagedRows<V, Format, kRows>>;
+
+// Rows per batch of the normalising kernels. A row's sums are chains of dependent adds
+// in the contract's order; the chains of 4 staged rows are interleaved chunk by chunk
+// so that they overlap. Rows read in place are not batched: their loop is short enough
+// for the out-of-order window to overlap consecutive rows by itself, and loading 4 rows
+// chunk by chunk made fp32 10-25% slower (4 interleaved streams instead of one).
+template <class Format>
+constexpr int kBatchRows = kReadsInPlace<Format> || Format::kCapacity > 16 ? 1 : 4;
+
+// ---- Storing chunks ----------------------------------------------------------------
+
+// Non-temporal stores skip reading each output line before writing it (measured
+// +40% over plain stores for streams of tens of MiB on a Zen 3 core, +40% on Zen 5),
+// but an output that would have stayed in cache for its reader is then read back from
+// memory. They are used for outputs of at least kStreamingMinBytes in all, about half
+// a large L3.
+constexpr std::int64_t kStreamingMinBytes = std::int64_t{16} << 20;
+
+// Whether a call stores its output non-temporally: a large output whose rows all start
+// on a chunk-size boundary (then every full chunk does), as a framework's allocations
+// do. Decided once per call: deciding per chunk cost about 12 scalar instructions per 8
+// lanes, and deciding per row made g++ hoist the loads both branches share above the
+// branch and spill them (+40% instructions for fp32 RoPE).
+inline bool streams_output(const RowPlan& p) {
+  const std::int64_t rows = p.extents[0] * p.extents[1] * p.extents[2];
+  const std::int64_t element_bytes = p.out.dtype == DType::F32 ? 4 : 2;
+  if (p.out.step != 1 || rows * p.d * element_bytes < kStreamingMinBytes) return false;
+  // Chunk sizes are powers of two: masks, not divisions.
+  const std::uint64_t misaligned = element_bytes * kLanes - 1;
+  std::uint64_t offsets = reinterpret_cast<std::uintptr_t>(p.out.data);
+  for (int dim = 0; dim < kLeadingDims; ++dim) {
+    if (p.extents[dim] > 1)
+      offsets |= static_cast<std::uint64_t>(p.out.strides[dim] * element_bytes);
+  }
+  return (offsets & misaligned) == 0;
+}
+
+// The one place where a call's run-time facts become compile-time ones: calls
+// body(format, stream) with the format of the plan's rows (with_format_of_rows) and
+// std::bool_constant<streams_output(p)>.
+template <class Body>
+void with_row_format(const RowPlan& p, const Body& body) {
+  const bool stream = streams_output(p);
+  with_format_of_rows(p, [&](auto format) {
+    with_flags([&](auto known_stream) { body(format, known_stream); }, stream);
+  });
 }
 
 // ---- NaN-free rows ---------------------------------------------------------------
@@ -221,7 +385,7 @@ bool chunk_aligned(const Elem* p) {
 // So a compile-time flag kNaNFree, chosen per row by the kernels that can prove it
 // (rms_row_nan_free), drops the select; every other row and kernel keeps it.
 template <class V, bool kNaNFree>
-KA_CHUNK_STEP typename V::F canonical_nan_unless(typename V::F v) {
+KA_INLINE typename V::F canonical_nan_unless(typename V::F v) {
   if constexpr (kNaNFree) {
     return v;
   } else {
@@ -229,82 +393,54 @@ KA_CHUNK_STEP typename V::F canonical_nan_unless(typename V::F v) {
   }
 }
 
-// Calls body(std::bool_constant<nan_free>{}): one instantiation per case, the branch
-// once per row.
-template <class Body>
-KA_CHUNK_STEP void with_nan_free(bool nan_free, const Body& body) {
-  if (nan_free) {
-    body(std::true_type{});
-  } else {
-    body(std::false_type{});
-  }
-}
-
 inline bool is_finite(float v) {
   return (contract::bits_of(v) & 0x7FFFFFFFu) < 0x7F800000u;
 }
 
-// Chunk c of a row at dst, elements `step` apart; `convert(F)` gives what V::store
-// writes for 16 elements of type Elem.
-template <class V, class Elem, class Format, class Convert>
-KA_CHUNK_STEP void store_chunk_as(typename V::F value, int c, Format format, Elem* dst,
-                                  std::int64_t step, bool streaming, const Convert& convert) {
-  const bool full = c < format.full_chunks();
-  if (full && step == 1) {
-    Elem* p = dst + c * kLanes;
-    if (streaming && chunk_aligned(p)) {
-      V::stream(p, convert(value));
+template <class V, bool kStream, class Elem, class Format, class Convert>
+KA_INLINE void store_chunk_as(Elem* row, std::int64_t step, int c, Format format,
+                              const Convert& convert) {
+  Elem* const p = Format::kContiguous ? row + c * kLanes : row + c * kLanes * step;
+  if (Format::kContiguous || (step == 1 && c < format.full_chunks())) {
+    if constexpr (kStream) {
+      V::stream(p, convert());
     } else {
-      V::store(p, convert(value));
+      V::store(p, convert());
     }
     return;
   }
   Elem chunk[kLanes];
-  V::store(chunk, convert(value));
-  scatter(chunk, full ? kLanes : format.last_count(), dst + c * kLanes * step, step);
+  V::store(chunk, convert());
+  scatter(chunk, format.count(c), p, step);
 }
 
-// contract::store_output of chunk c of a row at t.data[offset]; `streaming`: with
-// non-temporal stores where the row allows (see streams_output); kNaNFree: no lane of
-// value is NaN.
-template <class V, bool kNaNFree = false, class Format>
-KA_CHUNK_STEP void store_chunk(typename V::F value, int c, Format format, const RowOutput& t,
-                               std::int64_t offset, bool streaming) {
-  using F = typename V::F;
-  switch (format.dtype(t.dtype)) {
+// contract::store_output of chunk c of the output row at out.data[offset]; kNaNFree: no
+// lane of value is NaN; kStream: full chunks are stored non-temporally (streams_output).
+template <class V, bool kNaNFree, bool kStream, class Format>
+KA_INLINE void store_chunk(const RowOutput& out, std::int64_t offset, int c, Format format,
+                           typename V::F value) {
+  switch (format.dtype(out.dtype)) {
     case DType::F32:
-      store_chunk_as<V>(value, c, format, static_cast<float*>(t.data) + offset, t.step, streaming,
-                        [](F v) { return canonical_nan_unless<V, kNaNFree>(v); });
+      store_chunk_as<V, kStream>(static_cast<float*>(out.data) + offset, out.step, c, format,
+                                 [&] { return canonical_nan_unless<V, kNaNFree>(value); });
       return;
     case DType::BF16:
-      store_chunk_as<V>(value, c, format, static_cast<std::uint16_t*>(t.data) + offset, t.step,
-                        streaming,
-                        [](F v) { return V::to_bf16(canonical_nan_unless<V, kNaNFree>(v)); });
+      store_chunk_as<V, kStream>(
+          static_cast<std::uint16_t*>(out.data) + offset, out.step, c, format,
+          [&] { return V::to_bf16(canonical_nan_unless<V, kNaNFree>(value)); });
       return;
     case DType::F16:
-      store_chunk_as<V>(value, c, format, static_cast<std::uint16_t*>(t.data) + offset, t.step,
-                        streaming,
-                        [](F v) { return V::to_f16(canonical_nan_unless<V, kNaNFree>(v)); });
+      store_chunk_as<V, kStream>(
+          static_cast<std::uint16_t*>(out.data) + offset, out.step, c, format,
+          [&] { return V::to_f16(canonical_nan_unless<V, kNaNFree>(value)); });
       return;
   }
-}
-
-// Non-temporal stores skip reading each output line before writing it (measured
-// +40% over plain stores for streams of tens of MiB on a Zen 3 core), but an output
-// that would have stayed in cache for its reader is then read back from memory. They
-// are used for outputs of at least kStreamingMinBytes in all, about half a large L3.
-constexpr std::int64_t kStreamingMinBytes = std::int64_t{16} << 20;
-
-inline bool streams_output(const RowPlan& p) {
-  const std::int64_t rows = p.extents[0] * p.extents[1] * p.extents[2];
-  const std::int64_t element_bytes = p.out.dtype == DType::F32 ? 4 : 2;
-  return p.out.step == 1 && rows * p.d * element_bytes >= kStreamingMinBytes;
 }
 
 // contract::round_through of 16 elements: the values a tensor of `dtype` would hold;
 // kNaNFree: no lane of v is NaN (round_f16 needs no select either way).
 template <class V, bool kNaNFree = false>
-KA_CHUNK_STEP typename V::F round_through(DType dtype, typename V::F v) {
+KA_INLINE typename V::F round_through(DType dtype, typename V::F v) {
   switch (dtype) {
     case DType::F32:
       return v;
@@ -316,6 +452,8 @@ KA_CHUNK_STEP typename V::F round_through(DType dtype, typename V::F v) {
   return v;
 }
 
+// ---- RMSNorm steps ---------------------------------------------------------------
+
 // The weight, or the contract's fp32 ones when there is none, and whether every
 // element is finite and nonzero: then mul(t, w_i) is NaN only where t is (finite or
 // infinite t gives a finite or infinite product; 0 * Inf needs a zero or Inf operand).
@@ -325,63 +463,38 @@ struct RowWeight {
   bool finite_nonzero = true;
 };
 
+// Once per kernel call. The weight's elements may be `weight_step` apart whatever the
+// format, so it is read through the run-time format of its length.
 template <class V, class Format>
 void load_weight(const NormParams& norm, Format format, RowWeight<V, Format>& weight) {
-  if (norm.weight == nullptr) {
-    for (int c = 0; c < format.chunks(); ++c) weight.chunk[c] = V::broadcast(1.0f);
-    weight.finite_nonzero = true;
-    return;
-  }
-  load_row<V>(norm.weight, norm.weight_dtype, 0, norm.weight_step, format, weight.chunk);
-  // Once per kernel call (d scalar tests): the widened values, lanes past d excluded.
-  float elems[Format::kCapacity * kLanes];
-  for (int c = 0; c < format.chunks(); ++c) V::store(elems + c * kLanes, weight.chunk[c]);
+  const RowFormat<0, kAnyDType> any{format.length()};
   weight.finite_nonzero = true;
-  for (int i = 0; i < format.length(); ++i) {
-    weight.finite_nonzero = weight.finite_nonzero && is_finite(elems[i]) && elems[i] != 0.0f;
+  for (int c = 0; c < format.chunks(); ++c) {
+    if (norm.weight == nullptr) {
+      weight.chunk[c] = V::broadcast(1.0f);
+      continue;
+    }
+    weight.chunk[c] = load_chunk<V>(norm.weight, norm.weight_dtype, 0, norm.weight_step, c, any);
+    float lanes[kLanes];
+    V::store(lanes, weight.chunk[c]);
+    for (int j = 0; j < any.count(c); ++j) {
+      weight.finite_nonzero = weight.finite_nonzero && is_finite(lanes[j]) && lanes[j] != 0.0f;
+    }
   }
 }
-
-// sums[16c + j] = add(sums[16c + j], lane j of terms) for the row's elements in chunk c.
-template <class V, class Format>
-KA_CHUNK_STEP void add_chunk_to(float* sums, int c, Format format, typename V::F terms) {
-  float* s = sums + c * kLanes;
-  if (c < format.full_chunks()) {
-    V::store(s, V::add(V::load_f32(s), terms));
-    return;
-  }
-  float chunk[kLanes];
-  gather(s, 1, format.last_count(), chunk);
-  V::store(chunk, V::add(V::load_f32(chunk), terms));
-  scatter(chunk, format.last_count(), s, 1);
-}
-
-// ---- RMSNorm steps ---------------------------------------------------------------
-// A row is loaded whole (its sums need every element), then each output chunk is
-// computed and handed on as soon as its inputs are known: intermediate values stay in
-// registers instead of passing through a row buffer once per step.
-//
-// The sums take a batch of kRows rows: each row's sums are chains of dependent adds in
-// the contract's order, and interleaving the chains of several rows lets them overlap.
-
-template <class V, class Format, int kRows>
-using RowBatch = typename V::F[kRows][Format::kCapacity];
 
 // contract::rms_normalized of 16 elements, r = the row's rstd in every lane;
 // kNaNFree: the row is NaN-free (rms_row_nan_free).
 template <class V, bool kNaNFree = false, class Format>
-KA_CHUNK_STEP typename V::F normalized(const NormParams& norm, Format format, typename V::F r,
-                                       typename V::F x) {
-  const typename V::F n = V::mul(x, r);
-  return norm.mode == contract::NormMode::Diffusers
-             ? round_through<V, kNaNFree>(format.dtype(norm.weight_dtype), n)
-             : n;
+KA_INLINE typename V::F normalized(const NormParams& norm, Format format, typename V::F r,
+                                   typename V::F x) {
+  return round_through<V, kNaNFree>(format.norm_dtype(norm), V::mul(x, r));
 }
 
 // contract::rms_forward of 16 elements.
 template <class V, bool kNaNFree = false, class Format>
-KA_CHUNK_STEP typename V::F rms_forward(const NormParams& norm, Format format, typename V::F r,
-                                        typename V::F x, typename V::F weight) {
+KA_INLINE typename V::F rms_forward(const NormParams& norm, Format format, typename V::F r,
+                                    typename V::F x, typename V::F weight) {
   return V::mul(normalized<V, kNaNFree>(norm, format, r, x), weight);
 }
 
@@ -406,54 +519,94 @@ inline bool rms_row_nan_free(float sum_squares, float rstd, bool weight_finite_n
   return is_finite(sum_squares) && is_finite(rstd) && weight_finite_nonzero;
 }
 
-// contract::row_rstd of each row of the batch, with the sums of squares it came from.
-template <class V, class Format, int kRows>
-void rms_rstd_rows(const NormParams& norm, Format format, const RowBatch<V, Format, kRows>& x,
-                   float (&sum_squares)[kRows], float (&rstd)[kRows]) {
+// The forward's row constants: each row's sum of squares and contract::row_rstd.
+template <int kRows>
+struct RowRstd {
+  float sum_squares[kRows];
+  float rstd[kRows];
+};
+
+template <class V, class Format, class Rows, int kRows = Rows::kRows>
+KA_INLINE void rstd_of_rows(const NormParams& norm, Format format, const Rows& x,
+                            RowRstd<kRows>& out) {
   typename V::F squares[kRows];
   for (auto& s : squares) s = V::zero();
   for (int c = 0; c < format.chunks(); ++c) {
-    for (int b = 0; b < kRows; ++b) squares[b] = V::add(squares[b], V::mul(x[b][c], x[b][c]));
+    for (int b = 0; b < kRows; ++b) {
+      const auto& xc = x.chunk(b, c);
+      squares[b] = V::add(squares[b], V::mul(xc, xc));
+    }
   }
   for (int b = 0; b < kRows; ++b) {
-    sum_squares[b] = V::tree_reduce(squares[b]);
-    rstd[b] = contract::rms_rstd(sum_squares[b], format.length(), norm.eps);
+    out.sum_squares[b] = V::tree_reduce(squares[b]);
+    out.rstd[b] = contract::rms_rstd(out.sum_squares[b], format.length(), norm.eps);
   }
 }
 
-// The rmsnorm backward of the rows with upstream gradients dy: calls
-// consume_dx(b, c, chunk c of row b's dx), and when dw_partial is not null adds each
-// row's dw terms mul(dy_i, n_i) into it, rows in order.
-template <class V, class Format, int kRows, class ConsumeDx>
-KA_CHUNK_STEP void rms_backward_rows(const NormParams& norm, const typename V::F* weight,
-                                     Format format, const RowBatch<V, Format, kRows>& x,
-                                     const RowBatch<V, Format, kRows>& dy, float* dw_partial,
-                                     const ConsumeDx& consume_dx) {
+// The block sums of dw (contract section 5) over the rows a backward kernel call
+// computes, kept in registers or on the stack across its rows and added into the
+// caller's dw_partial once at the end (the same adds, in the same order, as adding
+// each row into dw_partial: that starts at +0 for each block).
+template <class V, class Format>
+class DwSums {
+ public:
+  explicit DwSums(Format format) {
+    for (int c = 0; c < format.chunks(); ++c) sums_[c] = V::zero();
+  }
+  KA_INLINE void add(int c, typename V::F terms) { sums_[c] = V::add(sums_[c], terms); }
+  // dw_partial[i] = add(dw_partial[i], sum i) for the row's d elements.
+  void add_to(float* dw_partial, Format format) const {
+    for (int c = 0; c < format.chunks(); ++c) {
+      float lanes[kLanes];
+      V::store(lanes, sums_[c]);
+      for (int j = 0; j < format.count(c); ++j) {
+        dw_partial[c * kLanes + j] = contract::add(dw_partial[c * kLanes + j], lanes[j]);
+      }
+    }
+  }
+
+ private:
+  typename V::F sums_[Format::kCapacity];
+};
+
+// The rmsnorm backward of a batch of rows with upstream gradients g (dy, or the fused
+// backward's rotated dy): stores each row's dx and, when dw is not null, adds each
+// row's dw terms mul(g_i, n_i) into it, rows in order.
+template <class V, bool kStream, class Format, class XRows, class GRows, int kRows = XRows::kRows>
+KA_INLINE void rms_backward_rows(const NormParams& norm, const RowWeight<V, Format>& weight,
+                                 Format format, const XRows& x, const GRows& g,
+                                 const RowOutput& out, const RowPlace (&at)[kRows],
+                                 DwSums<V, Format>* dw) {
   using F = typename V::F;
   F squares[kRows];
   F dots[kRows];
   for (int b = 0; b < kRows; ++b) squares[b] = dots[b] = V::zero();
   for (int c = 0; c < format.chunks(); ++c) {
     for (int b = 0; b < kRows; ++b) {
-      squares[b] = V::add(squares[b], V::mul(x[b][c], x[b][c]));
-      dots[b] = V::add(dots[b], V::mul(V::mul(dy[b][c], weight[c]), x[b][c]));
+      const auto& xc = x.chunk(b, c);
+      squares[b] = V::add(squares[b], V::mul(xc, xc));
+      dots[b] = V::add(dots[b], V::mul(V::mul(g.chunk(b, c), weight.chunk[c]), xc));
     }
   }
   for (int b = 0; b < kRows; ++b) {
     // contract::rms_backward_row from the two sums.
-    const float rstd = contract::rms_rstd(V::tree_reduce(squares[b]), format.length(), norm.eps);
-    const float rstd3 = contract::mul(contract::mul(rstd, rstd), rstd);
-    const float coef = contract::mul(
-        rstd3, contract::div(V::tree_reduce(dots[b]), static_cast<float>(format.length())));
-    const F r = V::broadcast(rstd);
-    const F k = V::broadcast(coef);
-    for (int c = 0; c < format.chunks(); ++c) {
-      if (dw_partial != nullptr) {
-        add_chunk_to<V>(dw_partial, c, format,
-                        V::mul(dy[b][c], normalized<V>(norm, format, r, x[b][c])));
-      }
-      consume_dx(b, c, V::sub(V::mul(r, V::mul(dy[b][c], weight[c])), V::mul(x[b][c], k)));
-    }
+    const contract::RmsBackwardRow row = contract::rms_backward_constants(
+        contract::rms_rstd(V::tree_reduce(squares[b]), format.length(), norm.eps),
+        V::tree_reduce(dots[b]), format.length());
+    const F r = V::broadcast(row.rstd);
+    const F k = V::broadcast(row.coef);
+    with_flags(
+        [&](auto has_dw) KA_INLINE_LAMBDA {
+          for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
+            const auto& xc = x.chunk(b, c);
+            const auto& gc = g.chunk(b, c);
+            if constexpr (has_dw) dw->add(c, V::mul(gc, normalized<V>(norm, format, r, xc)));
+            store_chunk<V, false, kStream>(
+                out, at[b].out, c, format,
+                V::sub(V::mul(r, V::mul(gc, weight.chunk[c])), V::mul(xc, k)));
+          });
+        },
+        dw != nullptr);
   }
 }
 
@@ -473,9 +626,12 @@ struct RotationTable {
   std::int64_t row = -1;  // the table row expanded, -1 before the first
 };
 
+// Not inlined, on purpose: inlined, g++ 12 turns the whole table into 2 x 8 (AVX2: 32)
+// separate register values that live across the row loop, spills them and copies the
+// spills around every row (+40% instructions for fp32 RoPE). Called once per token.
 template <class V, class Format>
-void expand_table_row(const RopeParams& rope, std::int64_t table_row, Format format,
-                      typename V::F* cos, typename V::F* sin) {
+[[gnu::noinline]] void expand_table_row(const RopeParams& rope, std::int64_t table_row,
+                                        Format format, typename V::F* cos, typename V::F* sin) {
   const int d = format.length();
   const int half = d / 2;
   const float* cos_row = rope.cos + table_row * rope.cos_strides[0];
@@ -516,8 +672,9 @@ void expand_table_row(const RopeParams& rope, std::int64_t table_row, Format for
 // The table expanded for `table_row`, re-expanded only when the row changes: the
 // heads of a token (consecutive rows in BSHD) share one table row.
 template <class V, class Format>
-const RotationTable<V, Format>& table_for(const RopeParams& rope, std::int64_t table_row,
-                                          Format format, RotationTable<V, Format>& table) {
+KA_INLINE const RotationTable<V, Format>& table_for(const RopeParams& rope, std::int64_t table_row,
+                                                    Format format,
+                                                    RotationTable<V, Format>& table) {
   if (table.row != table_row) {
     expand_table_row<V>(rope, table_row, format, table.cos, table.sin);
     table.row = table_row;
@@ -526,28 +683,37 @@ const RotationTable<V, Format>& table_for(const RopeParams& rope, std::int64_t t
 }
 
 // Calls consume(c, chunk c of the rotation of x) for every chunk of a row, where
-// produce(c) gives chunk c of x; each chunk is produced once. Lanes past the row's
-// end are +0 in the rotation when they are in x.
+// produce(c) gives chunk c of x; each chunk is produced once, and the chunks a
+// rotated chunk depends on are produced before it is consumed (so an output may be
+// its input). Lanes past the row's end are +0 in the rotation when they are in x.
+// The three kernels that rotate feed it differently (a loaded chunk, a normalised one,
+// a gradient row to fill), hence the two functions rather than a row buffer.
 template <class V, class Format, class Produce, class Consume>
-KA_CHUNK_STEP void rotate_chunks(const RopeParams& rope, const RotationTable<V, Format>& table,
-                                 Format format, const Produce& produce, const Consume& consume) {
+KA_INLINE void rotate_chunks(const RopeParams& rope, const RotationTable<V, Format>& table,
+                             Format format, const Produce& produce, const Consume& consume) {
   using F = typename V::F;
-  const auto rotated = [&](int c, F x, F partner) KA_CHUNK_LAMBDA {
+  const auto rotated = [&](int c, F x, F partner) KA_INLINE_LAMBDA {
     return V::add(V::mul(x, table.cos[c]), V::mul(partner, table.sin[c]));
   };
   const int d = format.length();
+  // The two loops below stay rolled: unrolled (g++ 12 does it by itself once the stores
+  // have no branch), the table's loads are hoisted to the row's start and spilled to
+  // other stack slots, a copy of the table per row (+35% instructions for fp32 RoPE).
   if (rope.interleaved) {
     // Pairs are adjacent lanes of one chunk (a row's length is even).
-    for (int c = 0; c < format.chunks(); ++c) {
-      const auto& x = produce(c);
+    const int chunks = format.chunks();
+#pragma GCC unroll 1
+    for (int c = 0; c < chunks; ++c) {
+      const F x = produce(c);
       consume(c, rotated(c, x, V::swap_pairs(x)));
     }
   } else if (d % (2 * kLanes) == 0) {
     // The partner of chunk c is chunk c + chunks/2, and the other way round.
     const int half_chunks = format.chunks() / 2;
+#pragma GCC unroll 1
     for (int c = 0; c < half_chunks; ++c) {
-      const auto& first = produce(c);
-      const auto& second = produce(c + half_chunks);
+      const F first = produce(c);
+      const F second = produce(c + half_chunks);
       consume(c, rotated(c, first, second));
       consume(c + half_chunks, rotated(c + half_chunks, second, first));
     }
@@ -568,210 +734,267 @@ KA_CHUNK_STEP void rotate_chunks(const RopeParams& rope, const RotationTable<V, 
 }
 
 // ---- Kernels -----------------------------------------------------------------------
-// Each reads a row whole before it writes it: an output may be its input (in place).
-// Each works on a local copy of its plan: a vector store may alias any memory, so
-// fields read through the caller's reference would be reloaded after every store
-// (measured with g++ 12), while a local whose address stays inside the kernel may not.
+// Each reads a row whole (or, for RoPE, the chunks an output chunk needs) before it
+// writes it: an output may be its input (in place). Each works on a local copy of its
+// plan: a vector store may alias any memory, so fields read through the caller's
+// reference would be reloaded after every store (measured with g++ 12), while a local
+// whose address stays inside the kernel may not. The batch functions are inlined into
+// their kernel for the same reason.
 
-// Calls body(std::integral_constant<int, n>) for consecutive batches of n rows that
-// cover [begin, end): 4 at a time where rows are short enough to keep 4 in registers
-// or L1, then one at a time.
-template <class Format, class Body>
-void for_row_batches(std::int64_t begin, std::int64_t end, const Body& body) {
-  constexpr int kBatch = Format::kCapacity <= 16 ? 4 : 1;
-  std::int64_t r = begin;
-  for (; end - r >= kBatch; r += kBatch) body(std::integral_constant<int, kBatch>{});
-  if constexpr (kBatch > 1) {
-    for (; r < end; ++r) body(std::integral_constant<int, 1>{});
-  }
+// The places of the next kRows rows, from `row` on.
+template <int kRows>
+KA_INLINE void next_places(const RowPlan& p, RowWalk& row, RowPlace (&at)[kRows]) {
+  for (int b = 0; b < kRows; ++b, row.next()) at[b] = place_of(p, row);
 }
 
-// The rows of one batch of a normalising kernel, as the driver below hands them on.
-template <class V, class Format, int kRows>
-struct NormBatch {
-  RowBatch<V, Format, kRows> x;
-  RowBatch<V, Format, kRows> dy;            // the backward's gradient rows, as the norm sees them
-  std::int64_t table_row[kRows];            // the RoPE table row of each row
-  std::int64_t out_offset[kRows];           // where each row goes in the output
-  typename V::F staged[Format::kCapacity];  // a row on its way into dy (the fused backward)
-};
+// ---- rmsnorm forward
 
-// The driver of the four kernels that normalise rows (rmsnorm and the fused op, forward
-// and backward): the row format, the weight, the walk over rows in batches, loading x,
-// the offsets, the stream fence. For each batch, after loading x, it calls
-//   prepare(format, batch, b, row, table) for each row b at `row` (the backwards load
-//   dy there),
-//   compute(format, batch, weight, table, streaming) for the batch (weight: a
-//   RowWeight),
-// with `table` the RoPE table expansion the batches share (fused kernels only).
-template <class V, class Prepare, class Compute>
-void for_norm_batches(const RowPlan& p, std::int64_t begin, std::int64_t end,
-                      const Prepare& prepare, const Compute& compute) {
-  const bool streaming = streams_output(p);
-  with_row_format(p, [&](auto format) {
-    using Format = decltype(format);
-    RotationTable<V, Format> table;
-    RowWeight<V, Format> weight;
-    load_weight<V>(p.norm, format, weight);
-    RowWalk row(p.extents, begin);
-    for_row_batches<Format>(begin, end, [&](auto rows) {
-      NormBatch<V, Format, decltype(rows)::value> batch;
-      for (int b = 0; b < decltype(rows)::value; ++b, row.next()) {
-        load_row<V>(p.x, row.offset(p.x.strides), format, batch.x[b]);
-        batch.table_row[b] = p.rope.seq_offset + row.index(p.rope.seq_dim);
-        batch.out_offset[b] = row.offset(p.out.strides);
-        prepare(format, batch, b, row, table);
-      }
-      compute(format, batch, weight, table, streaming);
-    });
-  });
-  if (streaming) V::stream_fence();
-}
-
-// Loads nothing more than x.
-constexpr auto kNothingToPrepare = [](auto&&...) {};
-
-// The forward kernels' rows: calls body(b, r, nan_free) for each row b of the batch,
-// r = the row's rstd in every lane, nan_free = std::bool_constant<rms_row_nan_free>
-// where kSplit, else std::false_type (the kernel has no select to drop).
-template <class V, bool kSplit, class Format, class Batch, class Body>
-KA_CHUNK_STEP void for_each_rstd(const NormParams& norm, Format format, const Batch& batch,
-                                 const RowWeight<V, Format>& weight, const Body& body) {
-  constexpr int kRows = std::extent_v<decltype(batch.out_offset)>;
-  float sum_squares[kRows];
-  float rstd[kRows];
-  rms_rstd_rows<V>(norm, format, batch.x, sum_squares, rstd);
+template <class V, bool kStream, int kRows, class Format>
+KA_INLINE void rmsnorm_forward_batch(const RowPlan& p, Format format,
+                                     const RowWeight<V, Format>& weight, RowWalk& row) {
+  RowPlace at[kRows];
+  next_places(p, row, at);
+  InputRows<V, Format, kRows> x;
+  for (int b = 0; b < kRows; ++b) x.load(b, p.x, at[b].x, format);
+  RowRstd<kRows> rows;
+  rstd_of_rows<V>(p.norm, format, x, rows);
   for (int b = 0; b < kRows; ++b) {
-    if constexpr (kSplit) {
-      const bool nan_free = rms_row_nan_free(sum_squares[b], rstd[b], weight.finite_nonzero);
-      with_nan_free(nan_free, [&](auto row_nan_free) KA_CHUNK_LAMBDA {
-        body(b, V::broadcast(rstd[b]), row_nan_free);
-      });
-    } else {
-      body(b, V::broadcast(rstd[b]), std::false_type{});
-    }
+    const typename V::F r = V::broadcast(rows.rstd[b]);
+    // Every output dtype's store has a select to drop.
+    with_flags(
+        [&](auto nan_free) KA_INLINE_LAMBDA {
+          for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
+            store_chunk<V, nan_free, kStream>(
+                p.out, at[b].out, c, format,
+                rms_forward<V, nan_free>(p.norm, format, r, x.chunk(b, c), weight.chunk[c]));
+          });
+        },
+        rms_row_nan_free(rows.sum_squares[b], rows.rstd[b], weight.finite_nonzero));
   }
+}
+
+// The loop nest of rmsnorm forward over rows [begin, end) in one row format.
+template <class V, bool kStream, class Format>
+void rmsnorm_forward_rows(const RowPlan& plan, Format format, std::int64_t begin,
+                          std::int64_t end) {
+  const RowPlan p = plan;
+  constexpr int kBatch = kBatchRows<Format>;
+  RowWeight<V, Format> weight;
+  load_weight<V>(p.norm, format, weight);
+  RowWalk row(p.extents, begin);
+  std::int64_t r = begin;
+  for (; end - r >= kBatch; r += kBatch) {
+    rmsnorm_forward_batch<V, kStream, kBatch>(p, format, weight, row);
+  }
+  for (; r < end; ++r) rmsnorm_forward_batch<V, kStream, 1>(p, format, weight, row);
+  if (kStream) V::stream_fence();
 }
 
 template <class V>
 void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  const RowPlan p = plan;
-  const auto compute = [&](auto format, const auto& batch, const auto& weight, auto&,
-                           bool streaming) KA_CHUNK_LAMBDA {
-    // Every output dtype's store has a select to drop.
-    for_each_rstd<V, true>(
-        p.norm, format, batch, weight, [&](int b, typename V::F r, auto nan_free) KA_CHUNK_LAMBDA {
-          constexpr bool kNaNFree = decltype(nan_free)::value;
-          for (int c = 0; c < format.chunks(); ++c) {
-            store_chunk<V, kNaNFree>(
-                rms_forward<V, kNaNFree>(p.norm, format, r, batch.x[b][c], weight.chunk[c]), c,
-                format, p.out, batch.out_offset[b], streaming);
-          }
-        });
-  };
-  for_norm_batches<V>(p, begin, end, kNothingToPrepare, compute);
+  with_row_format(plan, [&](auto format, auto stream) {
+    rmsnorm_forward_rows<V, stream>(plan, format, begin, end);
+  });
 }
 
-// The rmsnorm backward of a batch whose dy rows are loaded: dx stored, dw terms added.
-template <class V>
-auto rms_backward_batch(const RowPlan& p, float* dw_partial) {
-  return [&p, dw_partial](auto format, const auto& batch, const auto& weight, auto&,
-                          bool streaming) KA_CHUNK_LAMBDA {
-    rms_backward_rows<V>(p.norm, weight.chunk, format, batch.x, batch.dy, dw_partial,
-                         [&](int b, int c, typename V::F dx) KA_CHUNK_LAMBDA {
-                           store_chunk<V>(dx, c, format, p.out, batch.out_offset[b], streaming);
-                         });
-  };
+// ---- rmsnorm backward
+
+template <class V, bool kStream, int kRows, class Format>
+KA_INLINE void rmsnorm_backward_batch(const RowPlan& p, Format format,
+                                      const RowWeight<V, Format>& weight, RowWalk& row,
+                                      DwSums<V, Format>* dw) {
+  RowPlace at[kRows];
+  next_places(p, row, at);
+  InputRows<V, Format, kRows> x;
+  InputRows<V, Format, kRows> dy;
+  for (int b = 0; b < kRows; ++b) {
+    x.load(b, p.x, at[b].x, format);
+    dy.load(b, p.dy, at[b].dy, format);
+  }
+  rms_backward_rows<V, kStream>(p.norm, weight, format, x, dy, p.out, at, dw);
+}
+
+// The loop nest of rmsnorm backward over rows [begin, end) in one row format.
+template <class V, bool kStream, class Format>
+void rmsnorm_backward_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end,
+                           float* dw_partial) {
+  const RowPlan p = plan;
+  constexpr int kBatch = kBatchRows<Format>;
+  RowWeight<V, Format> weight;
+  load_weight<V>(p.norm, format, weight);
+  DwSums<V, Format> dw(format);
+  DwSums<V, Format>* const dw_sums = dw_partial != nullptr ? &dw : nullptr;
+  RowWalk row(p.extents, begin);
+  std::int64_t r = begin;
+  for (; end - r >= kBatch; r += kBatch) {
+    rmsnorm_backward_batch<V, kStream, kBatch>(p, format, weight, row, dw_sums);
+  }
+  for (; r < end; ++r) rmsnorm_backward_batch<V, kStream, 1>(p, format, weight, row, dw_sums);
+  if (dw_sums != nullptr) dw.add_to(dw_partial, format);
+  if (kStream) V::stream_fence();
 }
 
 template <class V>
 void rmsnorm_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                              float* dw_partial) {
+  with_row_format(plan, [&](auto format, auto stream) {
+    rmsnorm_backward_rows<V, stream>(plan, format, begin, end, dw_partial);
+  });
+}
+
+// ---- RoPE
+
+// The loop nest of rope over rows [begin, end) in one row format.
+template <class V, bool kStream, class Format>
+void rope_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end) {
   const RowPlan p = plan;
-  const auto load_dy =
-      [&](auto format, auto& batch, int b, const RowWalk& row, auto&)
-          KA_CHUNK_LAMBDA { load_row<V>(p.dy, row.offset(p.dy.strides), format, batch.dy[b]); };
-  for_norm_batches<V>(p, begin, end, load_dy, rms_backward_batch<V>(p, dw_partial));
+  RotationTable<V, Format> table;
+  RowWalk row(p.extents, begin);
+  for (std::int64_t r = begin; r < end; ++r, row.next()) {
+    const RowPlace at = place_of(p, row);
+    rotate_chunks<V>(
+        p.rope, table_for<V>(p.rope, at.table_row, format, table), format,
+        [&](int c) KA_INLINE_LAMBDA { return load_chunk<V>(p.x, at.x, c, format); },
+        [&](int c, typename V::F y)
+            KA_INLINE_LAMBDA { store_chunk<V, false, kStream>(p.out, at.out, c, format, y); });
+  }
+  if (kStream) V::stream_fence();
 }
 
 template <class V>
 void rope_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  const RowPlan p = plan;
-  const bool streaming = streams_output(p);
-  with_row_format(p, [&](auto format) {
-    using Format = decltype(format);
-    RotationTable<V, Format> table;
-    typename V::F x[Format::kCapacity];
-    RowWalk row(p.extents, begin);
-    for (std::int64_t r = begin; r < end; ++r, row.next()) {
-      const std::int64_t table_row = p.rope.seq_offset + row.index(p.rope.seq_dim);
-      const std::int64_t y_offset = row.offset(p.out.strides);
-      load_row<V>(p.x, row.offset(p.x.strides), format, x);
-      rotate_chunks<V>(
-          p.rope, table_for<V>(p.rope, table_row, format, table), format,
-          [&](int c) KA_CHUNK_LAMBDA -> const typename V::F& { return x[c]; },
-          [&](int c, typename V::F y)
-              KA_CHUNK_LAMBDA { store_chunk<V>(y, c, format, p.out, y_offset, streaming); });
-    }
-  });
-  if (streaming) V::stream_fence();
+  with_row_format(
+      plan, [&](auto format, auto stream) { rope_rows<V, stream>(plan, format, begin, end); });
 }
 
-// rope(rmsnorm(x)) through a row of out's dtype: the unfused ops' intermediate tensor.
+// ---- fused forward: rope(rmsnorm(x)) through a row of out's dtype (the unfused ops'
+// intermediate tensor)
+
+template <class V, bool kStream, int kRows, class Format>
+KA_INLINE void norm_rope_forward_batch(const RowPlan& p, Format format,
+                                       const RowWeight<V, Format>& weight,
+                                       RotationTable<V, Format>& table, RowWalk& row) {
+  // Before the rotation only bf16 roundings have a select (round_f16 has none, fp32's
+  // is the identity), so formats of fp32 or fp16 throughout take one path: a second
+  // copy of the row loop would cost code and registers for nothing (measured: +7%
+  // instructions per byte for fp32, +1.5% for fp16).
+  constexpr bool kSplit =
+      Format::kDType == kAnyDType || Format::kDType == static_cast<int>(DType::BF16);
+  RowPlace at[kRows];
+  next_places(p, row, at);
+  InputRows<V, Format, kRows> x;
+  for (int b = 0; b < kRows; ++b) x.load(b, p.x, at[b].x, format);
+  RowRstd<kRows> rows;
+  rstd_of_rows<V>(p.norm, format, x, rows);
+  for (int b = 0; b < kRows; ++b) {
+    const RotationTable<V, Format>& t = table_for<V>(p.rope, at[b].table_row, format, table);
+    const typename V::F r = V::broadcast(rows.rstd[b]);
+    // NaN-free up to the intermediate tensor only (rms_row_nan_free): the store after the
+    // rotation keeps its select.
+    with_flags(
+        [&](auto nan_free) KA_INLINE_LAMBDA {
+          rotate_chunks<V>(
+              p.rope, t, format,
+              [&](int c) KA_INLINE_LAMBDA {
+                return round_through<V, nan_free>(
+                    format.dtype(p.out.dtype),
+                    rms_forward<V, nan_free>(p.norm, format, r, x.chunk(b, c), weight.chunk[c]));
+              },
+              [&](int c, typename V::F y) KA_INLINE_LAMBDA {
+                store_chunk<V, false, kStream>(p.out, at[b].out, c, format, y);
+              });
+        },
+        kSplit && rms_row_nan_free(rows.sum_squares[b], rows.rstd[b], weight.finite_nonzero));
+  }
+}
+
+// The loop nest of norm rope forward over rows [begin, end) in one row format.
+template <class V, bool kStream, class Format>
+void norm_rope_forward_rows(const RowPlan& plan, Format format, std::int64_t begin,
+                            std::int64_t end) {
+  const RowPlan p = plan;
+  constexpr int kBatch = kBatchRows<Format>;
+  RowWeight<V, Format> weight;
+  load_weight<V>(p.norm, format, weight);
+  RotationTable<V, Format> table;
+  RowWalk row(p.extents, begin);
+  std::int64_t r = begin;
+  for (; end - r >= kBatch; r += kBatch) {
+    norm_rope_forward_batch<V, kStream, kBatch>(p, format, weight, table, row);
+  }
+  for (; r < end; ++r) norm_rope_forward_batch<V, kStream, 1>(p, format, weight, table, row);
+  if (kStream) V::stream_fence();
+}
+
 template <class V>
 void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  const RowPlan p = plan;
-  const auto compute = [&](auto format, const auto& batch, const auto& weight, auto& table,
-                           bool streaming) KA_CHUNK_LAMBDA {
-    // Before the rotation only bf16 roundings have a select (round_f16 has none, fp32's
-    // is the identity), so formats of fp32 or fp16 throughout take one path: a second
-    // copy of the row loop would cost code and registers for nothing (measured: +7%
-    // instructions per byte for fp32, +1.5% for fp16).
-    using Format = decltype(format);
-    constexpr bool kSplit =
-        Format::kDType == kAnyDType || Format::kDType == static_cast<int>(DType::BF16);
-    for_each_rstd<V, kSplit>(
-        p.norm, format, batch, weight, [&](int b, typename V::F r, auto nan_free) KA_CHUNK_LAMBDA {
-          // NaN-free up to the intermediate tensor only (rms_row_nan_free): the store after
-          // the rotation keeps its select.
-          constexpr bool kNaNFree = decltype(nan_free)::value;
-          const auto normalized_chunk = [&](int c) KA_CHUNK_LAMBDA {
-            return round_through<V, kNaNFree>(
-                format.dtype(p.out.dtype),
-                rms_forward<V, kNaNFree>(p.norm, format, r, batch.x[b][c], weight.chunk[c]));
-          };
-          rotate_chunks<V>(p.rope, table_for<V>(p.rope, batch.table_row[b], format, table), format,
-                           normalized_chunk, [&](int c, typename V::F y) KA_CHUNK_LAMBDA {
-                             store_chunk<V>(y, c, format, p.out, batch.out_offset[b], streaming);
-                           });
-        });
-  };
-  for_norm_batches<V>(p, begin, end, kNothingToPrepare, compute);
+  with_row_format(plan, [&](auto format, auto stream) {
+    norm_rope_forward_rows<V, stream>(plan, format, begin, end);
+  });
 }
 
-// The rmsnorm backward of (x, g) with g = the transpose rotation of dy through a row
-// of dy's dtype: the unfused ops' intermediate tensor.
+// ---- fused backward: the rmsnorm backward of (x, g), g = the transpose rotation of dy
+// through a row of dy's dtype (the unfused ops' intermediate tensor)
+
+template <class V, bool kStream, int kRows, class Format>
+KA_INLINE void norm_rope_backward_batch(const RowPlan& p, Format format,
+                                        const RowWeight<V, Format>& weight,
+                                        RotationTable<V, Format>& table, RowWalk& row,
+                                        DwSums<V, Format>* dw) {
+  RowPlace at[kRows];
+  next_places(p, row, at);
+  InputRows<V, Format, kRows> x;
+  StagedRows<V, Format, kRows> g;
+  for (int b = 0; b < kRows; ++b) {
+    x.load(b, p.x, at[b].x, format);
+    rotate_chunks<V>(
+        p.rope, table_for<V>(p.rope, at[b].table_row, format, table), format,
+        [&](int c) KA_INLINE_LAMBDA { return load_chunk<V>(p.dy, at[b].dy, c, format); },
+        [&](int c, typename V::F gc)
+            KA_INLINE_LAMBDA { g.set(b, c, round_through<V>(format.dtype(p.dy.dtype), gc)); });
+  }
+  rms_backward_rows<V, kStream>(p.norm, weight, format, x, g, p.out, at, dw);
+}
+
+// The loop nest of norm rope backward over rows [begin, end) in one row format.
+template <class V, bool kStream, class Format>
+void norm_rope_backward_rows(const RowPlan& plan, Format format, std::int64_t begin,
+                             std::int64_t end, float* dw_partial) {
+  const RowPlan p = plan;
+  constexpr int kBatch = kBatchRows<Format>;
+  RowWeight<V, Format> weight;
+  load_weight<V>(p.norm, format, weight);
+  RotationTable<V, Format> table;
+  DwSums<V, Format> dw(format);
+  DwSums<V, Format>* const dw_sums = dw_partial != nullptr ? &dw : nullptr;
+  RowWalk row(p.extents, begin);
+  std::int64_t r = begin;
+  for (; end - r >= kBatch; r += kBatch) {
+    norm_rope_backward_batch<V, kStream, kBatch>(p, format, weight, table, row, dw_sums);
+  }
+  for (; r < end; ++r) {
+    norm_rope_backward_batch<V, kStream, 1>(p, format, weight, table, row, dw_sums);
+  }
+  if (dw_sums != nullptr) dw.add_to(dw_partial, format);
+  if (kStream) V::stream_fence();
+}
+
 template <class V>
 void norm_rope_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                                float* dw_partial) {
-  const RowPlan p = plan;
-  const auto load_g = [&](auto format, auto& batch, int b, const RowWalk& row,
-                          auto& table) KA_CHUNK_LAMBDA {
-    load_row<V>(p.dy, row.offset(p.dy.strides), format, batch.staged);
-    rotate_chunks<V>(
-        p.rope, table_for<V>(p.rope, batch.table_row[b], format, table), format,
-        [&](int c) KA_CHUNK_LAMBDA -> const typename V::F& { return batch.staged[c]; },
-        [&](int c, typename V::F g)
-            KA_CHUNK_LAMBDA { batch.dy[b][c] = round_through<V>(format.dtype(p.dy.dtype), g); });
-  };
-  for_norm_batches<V>(p, begin, end, load_g, rms_backward_batch<V>(p, dw_partial));
+  with_row_format(plan, [&](auto format, auto stream) {
+    norm_rope_backward_rows<V, stream>(plan, format, begin, end, dw_partial);
+  });
 }
 
 // The table of path V (constant-initialised: no code runs before main).
 template <class V>
 constexpr RowKernels row_kernels_of() {
-  return {&rmsnorm_forward_kernel<V>, &rmsnorm_backward_kernel<V>, &rope_kernel<V>,
-          &norm_rope_forward_kernel<V>, &norm_rope_backward_kernel<V>};
+  return {.rmsnorm_forward = &rmsnorm_forward_kernel<V>,
+          .rmsnorm_backward = &rmsnorm_backward_kernel<V>,
+          .rope = &rope_kernel<V>,
+          .norm_rope_forward = &norm_rope_forward_kernel<V>,
+          .norm_rope_backward = &norm_rope_backward_kernel<V>};
 }
 
 }  // namespace
