@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "api/problems.hpp"
+#include "api/call.hpp"
 #include "cpu/kernels.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/rmsnorm.hpp"
@@ -263,7 +263,7 @@ TEST_P(KernelsSmoke, RmsNorm) {
             check(describe_case("rmsnorm_forward", d, in, out, m), [&](const cpu::RowKernels* k) {
               PlacedBuffer y = make_output(out, x, m);
               const ConstTensorView xv = m == Memory::InPlace && in == out ? y.cview() : x.cview();
-              const auto p = detail::make_rmsnorm_forward(xv, cview(w), y.view(), options);
+              const auto p = detail::rmsnorm_forward_call(xv, cview(w), y.view(), options).problem;
               if (k == nullptr) {
                 reference::qk_rmsnorm_forward(p);
               } else {
@@ -280,7 +280,8 @@ TEST_P(KernelsSmoke, RmsNorm) {
               std::optional<TensorView> dwv;
               if (dw) dwv = dw->view();
               const auto p =
-                  detail::make_rmsnorm_backward(x.cview(), dyv, cview(w), dx.view(), dwv, options);
+                  detail::rmsnorm_backward_call(x.cview(), dyv, cview(w), dx.view(), dwv, options)
+                      .problem;
               if (k == nullptr) {
                 reference::qk_rmsnorm_backward(p);
               } else {
@@ -321,8 +322,10 @@ TEST_P(KernelsSmoke, Rope) {
                 PlacedBuffer y = make_output(out, x, m);
                 const ConstTensorView xv =
                     m == Memory::InPlace && in == out ? y.cview() : x.cview();
-                const auto p = detail::make_rope(xv, tables[0].cview(), tables[1].cview(), y.view(),
-                                                 options, transpose, "x", "y");
+                const auto p =
+                    detail::rope_call(transpose ? Direction::Backward : Direction::Forward, xv,
+                                      tables[0].cview(), tables[1].cview(), y.view(), options)
+                        .problem;
                 if (k == nullptr) {
                   reference::multi_axis_rope(p);
                 } else {
@@ -370,9 +373,11 @@ TEST_P(KernelsSmoke, FusedNormRope) {
               PlacedBuffer q_out = make_output(out, q, m);
               PlacedBuffer k_out = make_output(out, k, m);
               const bool in_place = m == Memory::InPlace && in == out;
-              const auto p = detail::make_qk_norm_rope_forward(
-                  in_place ? q_out.cview() : q.cview(), in_place ? k_out.cview() : k.cview(), wv,
-                  tables[0].cview(), tables[1].cview(), q_out.view(), k_out.view(), options);
+              const auto p =
+                  detail::qk_norm_rope_forward_call(
+                      in_place ? q_out.cview() : q.cview(), in_place ? k_out.cview() : k.cview(),
+                      wv, tables[0].cview(), tables[1].cview(), q_out.view(), k_out.view(), options)
+                      .problem;
               norm_rope_forward_streams(p, kern);
               return Outputs{test::named_bytes("q_out", q_out), test::named_bytes("k_out", k_out)};
             });
@@ -391,10 +396,12 @@ TEST_P(KernelsSmoke, FusedNormRope) {
                     const QkNormWeightGrads dwv{view_of(dw[0]), view_of(dw[1]), view_of(dw[2]),
                                                 view_of(dw[3])};
                     const bool in_place = m == Memory::InPlace && dy_dtype == out;
-                    const auto p = detail::make_qk_norm_rope_backward(
-                        q.cview(), k.cview(), in_place ? dq.cview() : dq_out.cview(),
-                        in_place ? dk.cview() : dk_out.cview(), wv, tables[0].cview(),
-                        tables[1].cview(), dq.view(), dk.view(), dwv, options);
+                    const auto p =
+                        detail::qk_norm_rope_backward_call(
+                            q.cview(), k.cview(), in_place ? dq.cview() : dq_out.cview(),
+                            in_place ? dk.cview() : dk_out.cview(), wv, tables[0].cview(),
+                            tables[1].cview(), dq.view(), dk.view(), dwv, options)
+                            .problem;
                     for (const auto& stream : p.streams) {
                       if (kern == nullptr) {
                         reference::norm_rope_backward(stream);
@@ -495,8 +502,9 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                 const std::optional<PlacedBuffer> w = make_split_weight(wt, weight_kind, d, rng);
                 check("rmsnorm_forward " + name, [&](const cpu::RowKernels* k) {
                   PlacedBuffer y(out, x.shape());
-                  const auto p = detail::make_rmsnorm_forward(x.cview(), cview(w), y.view(),
-                                                              RmsNormOptions{eps, mode});
+                  const auto p = detail::rmsnorm_forward_call(x.cview(), cview(w), y.view(),
+                                                              RmsNormOptions{eps, mode})
+                                     .problem;
                   if (k == nullptr) {
                     reference::qk_rmsnorm_forward(p);
                   } else {
@@ -523,9 +531,10 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                 check("norm_rope_forward " + name, [&](const cpu::RowKernels* kern) {
                   PlacedBuffer q_out(out, q.shape());
                   PlacedBuffer k_out(out, kx.shape());
-                  const auto p = detail::make_qk_norm_rope_forward(
-                      q.cview(), kx.cview(), wv, tables[0].cview(), tables[1].cview(), q_out.view(),
-                      k_out.view(), options);
+                  const auto p = detail::qk_norm_rope_forward_call(
+                                     q.cview(), kx.cview(), wv, tables[0].cview(),
+                                     tables[1].cview(), q_out.view(), k_out.view(), options)
+                                     .problem;
                   norm_rope_forward_streams(p, kern);
                   return Outputs{test::named_bytes("q_out", q_out),
                                  test::named_bytes("k_out", k_out)};
@@ -555,7 +564,7 @@ TEST_P(KernelsSmoke, LargeOutputs) {
           std::string("large ") + dtype_name(out) + " misalign " + std::to_string(misalign);
       check("rmsnorm_forward " + name, [&](const cpu::RowKernels* k) {
         PlacedBuffer y(out, shape, misalign * dtype_size(out) / 2);
-        const auto p = detail::make_rmsnorm_forward(x.cview(), std::nullopt, y.view(), {});
+        const auto p = detail::rmsnorm_forward_call(x.cview(), std::nullopt, y.view(), {}).problem;
         if (k == nullptr) {
           reference::qk_rmsnorm_forward(p);
         } else {
@@ -565,8 +574,9 @@ TEST_P(KernelsSmoke, LargeOutputs) {
       });
       check("rope " + name, [&](const cpu::RowKernels* k) {
         PlacedBuffer y(out, shape, misalign * dtype_size(out) / 2);
-        const auto p = detail::make_rope(x.cview(), tables[0].cview(), tables[1].cview(), y.view(),
-                                         {}, false, "x", "y");
+        const auto p = detail::rope_call(Direction::Forward, x.cview(), tables[0].cview(),
+                                         tables[1].cview(), y.view(), {})
+                           .problem;
         if (k == nullptr) {
           reference::multi_axis_rope(p);
         } else {
