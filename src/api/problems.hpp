@@ -1,12 +1,12 @@
 // Validated descriptions of one call, the form in which every backend receives
-// work. Building one checks every argument (validate.cpp); a backend may assume
-// all of it holds.
+// work. Validation builds one (validate.cpp, as part of a call record: api/call.hpp)
+// after checking every argument; a backend may assume all of it holds.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <vector>
+#include <stdexcept>
 
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
@@ -42,6 +42,28 @@ class RowIndexer {
   std::int64_t rows_ = 1;
   std::int64_t shape_[kMaxRank - 1]{};  // C arrays: usable in device code
   std::int64_t strides_[kMaxRank - 1]{};
+};
+
+// At most N items, held in place: the lists of a call (its tensor arguments, a fused
+// call's streams) never allocate.
+template <class T, int N>
+class FixedList {
+ public:
+  void push_back(const T& item) {
+    if (count_ == N) throw std::length_error("FixedList: more items than its capacity");
+    items_[count_++] = item;
+  }
+  int size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  const T& front() const { return items_[0]; }
+  T* begin() { return items_.data(); }
+  T* end() { return items_.data() + count_; }
+  const T* begin() const { return items_.data(); }
+  const T* end() const { return items_.data() + count_; }
+
+ private:
+  std::array<T, N> items_{};
+  int count_ = 0;
 };
 
 // The number of rows of a validated view (its elements over the last dim's length).
@@ -131,13 +153,14 @@ struct NormRopeBackwardProblem {
 
 // The four streams of a fused call, in the order q text, q image, k text, k image
 // (streams with no positions are left out).
+inline constexpr int kMaxStreams = 4;
 struct QkNormRopeForwardProblem {
-  std::vector<NormRopeForwardProblem> streams;
+  FixedList<NormRopeForwardProblem, kMaxStreams> streams;
 };
 struct QkNormRopeBackwardProblem {
-  std::vector<NormRopeBackwardProblem> streams;
+  FixedList<NormRopeBackwardProblem, kMaxStreams> streams;
   // Weight gradients of streams with no rows: every backend stores +0 into them.
-  std::vector<TensorView> empty_stream_grads;
+  FixedList<TensorView, kMaxStreams> empty_stream_grads;
 };
 
 // Stores +0 into the empty streams' weight gradients, for backends whose outputs are in
@@ -149,32 +172,6 @@ inline void zero_empty_stream_grads_on_host(const QkNormRopeBackwardProblem& p) 
     }
   }
 }
-
-RmsNormForwardProblem make_rmsnorm_forward(const ConstTensorView& x,
-                                           const std::optional<ConstTensorView>& weight,
-                                           const TensorView& y, const RmsNormOptions& options);
-
-RmsNormBackwardProblem make_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
-                                             const std::optional<ConstTensorView>& weight,
-                                             const TensorView& dx,
-                                             const std::optional<TensorView>& dw,
-                                             const RmsNormOptions& options);
-
-// `in_name`/`out_name` name the arguments in messages (x/y or dy/dx).
-RopeProblem make_rope(const ConstTensorView& in, const ConstTensorView& cos,
-                      const ConstTensorView& sin, const TensorView& out, const RopeOptions& options,
-                      bool transpose, const char* in_name, const char* out_name);
-
-QkNormRopeForwardProblem make_qk_norm_rope_forward(
-    const ConstTensorView& q, const ConstTensorView& k, const QkNormWeights& weights,
-    const ConstTensorView& cos, const ConstTensorView& sin, const TensorView& q_out,
-    const TensorView& k_out, const QkNormRopeOptions& options);
-
-QkNormRopeBackwardProblem make_qk_norm_rope_backward(
-    const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& dq_out,
-    const ConstTensorView& dk_out, const QkNormWeights& weights, const ConstTensorView& cos,
-    const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
-    const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options);
 
 // The view restricted to sequence positions [begin, end) of `layout`.
 template <class View>

@@ -1,18 +1,18 @@
-// Argument checks of every op. Each failure names the argument, what was expected
-// and what was found (kernel_align::Error).
+// Argument checks of every op, and the call each validated call becomes (api/call.hpp):
+// every tensor argument is listed once, in the record, and the aliasing rule and the
+// device check read that list. Each failure names the argument, what was expected and
+// what was found (kernel_align::Error). Messages are built only when a check fails: a
+// valid call allocates nothing here.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <span>
+#include <initializer_list>
 #include <string>
 #include <string_view>
-#include <tuple>
-#include <type_traits>
 #include <utility>
-#include <vector>
 
-#include "api/problems.hpp"
+#include "api/call.hpp"
 #include "kernel_align/error.hpp"
 
 namespace kernel_align::detail {
@@ -21,10 +21,22 @@ namespace {
 // 2^56 elements of 4 bytes, summed over four dims, stay far below 2^63.
 constexpr std::int64_t kMaxViewElements = std::int64_t{1} << 56;
 
-void check_view(const std::string& name, const ConstTensorView& v, int min_rank, int max_rank,
-                const std::string& rank_meaning) {
+// The pieces of a phrase, joined only when a check fails and its message is built.
+using Words = std::initializer_list<std::string_view>;
+
+std::string joined(Words words) {
+  std::string text;
+  for (const std::string_view w : words) text += w;
+  return text;
+}
+
+constexpr std::string_view kRowsRank = "rank 1 to 4 ([..., D])";
+constexpr std::string_view kVectorRank = "rank 1 ([D])";
+
+void check_view(const char* name, const ConstTensorView& v, int min_rank, int max_rank,
+                Words rank_meaning) {
   if (v.rank < min_rank || v.rank > max_rank) {
-    throw Error(name, rank_meaning, "rank " + std::to_string(v.rank));
+    throw Error(name, joined(rank_meaning), "rank " + std::to_string(v.rank));
   }
   // Shapes first: an empty tensor (torch's have a null data pointer) is told as such.
   for (int i = 0; i < v.rank; ++i) {
@@ -52,7 +64,7 @@ void check_view(const std::string& name, const ConstTensorView& v, int min_rank,
   }
 }
 
-int check_head_dim(const std::string& name, std::int64_t d) {
+int check_head_dim(const char* name, std::int64_t d) {
   if (d < 2 || d > kMaxHeadDim || d % 2 != 0) {
     throw Error(name, "an even last dim D from 2 to " + std::to_string(kMaxHeadDim),
                 "D = " + std::to_string(d));
@@ -60,8 +72,8 @@ int check_head_dim(const std::string& name, std::int64_t d) {
   return static_cast<int>(d);
 }
 
-void check_same_shape(const std::string& name, const ConstTensorView& v,
-                      const std::string& reference_name, const ConstTensorView& reference) {
+void check_same_shape(const char* name, const ConstTensorView& v, const char* reference_name,
+                      const ConstTensorView& reference) {
   bool same = v.rank == reference.rank;
   for (int i = 0; same && i < v.rank; ++i) same = v.shape[i] == reference.shape[i];
   if (!same) {
@@ -79,7 +91,7 @@ std::int64_t extent(const ConstTensorView& v) {
 
 // Sufficient condition for distinct elements: ordered by stride, each dim steps
 // past everything the smaller-stride dims span.
-void check_distinct_elements(const std::string& name, const ConstTensorView& v) {
+void check_distinct_elements(const char* name, const ConstTensorView& v) {
   // Insertion sort of at most 4 dims (std::sort trips g++ 12's -Warray-bounds).
   std::array<int, kMaxRank> order{};
   for (int i = 0; i < v.rank; ++i) {
@@ -111,28 +123,19 @@ bool overlap(const ConstTensorView& a, const ConstTensorView& b) {
   return a_begin < b_end && b_begin < a_end;
 }
 
-// One tensor of a call, for the aliasing rule of contract section 7.
-struct Operand {
-  const char* name;
-  ConstTensorView view;
-  bool output = false;
-  // The inputs this output may be exactly (in place); none for the others.
-  std::array<const char*, 2> in_place_of{};
-
-  bool may_be(const Operand& input) const {
-    return std::any_of(in_place_of.begin(), in_place_of.end(), [&](const char* n) {
-      return n != nullptr && std::string_view(n) == input.name;
-    });
-  }
-};
-
-Operand input(const char* name, const ConstTensorView& view) {
-  return {name, view};
+TensorArg input(const char* name, const ConstTensorView& view) {
+  return {name, name, view, false, {}};
 }
 
-Operand output(const char* name, const ConstTensorView& view,
-               std::array<const char*, 2> in_place_of = {}) {
-  return {name, view, true, in_place_of};
+TensorArg output(const char* name, const ConstTensorView& view,
+                 std::array<const char*, 2> in_place_of = {}) {
+  return {name, name, view, true, in_place_of};
+}
+
+// Whether `out` may be exactly the input `in` (in place).
+bool may_be(const TensorArg& out, const TensorArg& in) {
+  return std::any_of(out.in_place_of.begin(), out.in_place_of.end(),
+                     [&](const char* n) { return n != nullptr && std::string_view(n) == in.name; });
 }
 
 // Contract section 7, checked over every pair of a call's tensors in one place: an
@@ -140,23 +143,21 @@ Operand output(const char* name, const ConstTensorView& view,
 // may replace (in place) or lies apart from every input, weights and tables included,
 // and from every other output. Anything in between would let a kernel read what it
 // already overwrote.
-void check_aliasing(std::span<const Operand> operands) {
-  for (std::size_t i = 0; i < operands.size(); ++i) {
-    const Operand& out = operands[i];
-    if (!out.output) continue;
-    check_distinct_elements(out.name, out.view);
-    for (std::size_t j = 0; j < operands.size(); ++j) {
-      const Operand& other = operands[j];
+void check_aliasing(const TensorArgs& tensors) {
+  for (const TensorArg* out = tensors.begin(); out != tensors.end(); ++out) {
+    if (!out->output) continue;
+    check_distinct_elements(out->argument, out->view);
+    for (const TensorArg* other = tensors.begin(); other != tensors.end(); ++other) {
       // A pair of outputs is reported once, naming the later one.
-      if (j == i || (other.output && j > i)) continue;
-      const bool in_place = !other.output && out.may_be(other);
-      if (in_place && same_view(out.view, other.view)) continue;
-      if (!overlap(out.view, other.view)) continue;
-      throw Error(
-          out.name,
-          in_place ? "memory apart from '" + std::string(other.name) + "' or exactly the same view"
-                   : "memory apart from '" + std::string(other.name) + "'",
-          "an overlapping view " + describe(out.view));
+      if (other == out || (other->output && other > out)) continue;
+      const bool in_place = !other->output && may_be(*out, *other);
+      if (in_place && same_view(out->view, other->view)) continue;
+      if (!overlap(out->view, other->view)) continue;
+      throw Error(out->argument,
+                  in_place ? "memory apart from '" + std::string(other->argument) +
+                                 "' or exactly the same view"
+                           : "memory apart from '" + std::string(other->argument) + "'",
+                  "an overlapping view " + describe(out->view));
     }
   }
 }
@@ -167,18 +168,57 @@ void check_eps(float eps) {
   }
 }
 
+// The one device every tensor of the call lives on; an Error names two that differ.
+Device one_device(const TensorArgs& tensors) {
+  const TensorArg& first = tensors.front();
+  for (const TensorArg& t : tensors) {
+    if (t.view.device != first.view.device) {
+      throw Error(t.argument,
+                  "a tensor on " + device_name(first.view.device) + ", where '" + first.argument +
+                      "' is (every tensor of a call on one device)",
+                  "one on " + device_name(t.view.device));
+    }
+  }
+  return first.view.device;
+}
+
+// The checks of a whole call, once its tensors are listed: the aliasing rule, eps
+// (where the op has one) and one device; the record then holds that device.
+void check_call(CallRecord& record) {
+  check_aliasing(record.tensors);
+  if (record.eps) check_eps(*record.eps);
+  record.device = one_device(record.tensors);
+}
+
+CallRecord record_of(OpType op, Direction direction, int d, DType output_dtype) {
+  CallRecord record;
+  record.op = op;
+  record.direction = direction;
+  record.d = d;
+  record.output_dtype = output_dtype;
+  return record;
+}
+
+CallRecord rmsnorm_record(Direction direction, const RmsNormOptions& options, int d,
+                          DType output_dtype) {
+  CallRecord record = record_of(OpType::QkRmsNorm, direction, d, output_dtype);
+  record.mode = options.mode;
+  record.eps = options.eps;
+  return record;
+}
+
 void check_weight(const std::optional<ConstTensorView>& weight, int d) {
   if (!weight) return;
-  check_view("weight", *weight, 1, 1, "rank 1 ([D])");
+  check_view("weight", *weight, 1, 1, {kVectorRank});
   if (weight->shape[0] != d) {
     throw Error("weight", "length " + std::to_string(d) + " (D of x)",
                 "length " + std::to_string(weight->shape[0]));
   }
 }
 
-void check_table(const std::string& name, const ConstTensorView& table, std::int64_t seq, int d,
+void check_table(const char* name, const ConstTensorView& table, std::int64_t seq, int d,
                  const char* layout) {
-  check_view(name, table, 2, 2, "rank 2 ([S, D/2])");
+  check_view(name, table, 2, 2, {"rank 2 ([S, D/2])"});
   if (table.dtype != DType::F32 || table.shape[0] != seq || table.shape[1] != d / 2) {
     throw Error(name,
                 "fp32 [" + std::to_string(seq) + ", " + std::to_string(d / 2) +
@@ -187,71 +227,24 @@ void check_table(const std::string& name, const ConstTensorView& table, std::int
   }
 }
 
-}  // namespace
-
-SequenceTensor sequence_strides(const ConstTensorView& v, Layout layout) {
-  const bool bshd = layout == Layout::BSHD;
-  return {v.strides[0], v.strides[bshd ? 1 : 2], v.strides[bshd ? 2 : 1], v.strides[3]};
-}
-
-RmsNormForwardProblem make_rmsnorm_forward(const ConstTensorView& x,
-                                           const std::optional<ConstTensorView>& weight,
-                                           const TensorView& y, const RmsNormOptions& options) {
-  check_view("x", x, 1, kMaxRank, "rank 1 to 4 ([..., D])");
-  const int d = check_head_dim("x", x.shape[x.rank - 1]);
-  check_weight(weight, d);
-  check_view("y", y, 1, kMaxRank, "rank 1 to 4 ([..., D])");
-  check_same_shape("y", y, "x", x);
-  std::vector<Operand> operands{input("x", x), output("y", y, {"x"})};
-  if (weight) operands.push_back(input("weight", *weight));
-  check_aliasing(operands);
-  check_eps(options.eps);
-  return {x, weight, y, options, d};
-}
-
-RmsNormBackwardProblem make_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
-                                             const std::optional<ConstTensorView>& weight,
-                                             const TensorView& dx,
-                                             const std::optional<TensorView>& dw,
-                                             const RmsNormOptions& options) {
-  check_view("x", x, 1, kMaxRank, "rank 1 to 4 ([..., D])");
-  const int d = check_head_dim("x", x.shape[x.rank - 1]);
-  check_view("dy", dy, 1, kMaxRank, "rank 1 to 4 ([..., D])");
-  check_same_shape("dy", dy, "x", x);
-  check_weight(weight, d);
-  check_view("dx", dx, 1, kMaxRank, "rank 1 to 4 ([..., D])");
-  check_same_shape("dx", dx, "x", x);
-  // Each dx element is written after the row's x and dy elements are read.
-  std::vector<Operand> operands{input("x", x), input("dy", dy), output("dx", dx, {"x", "dy"})};
-  if (weight) operands.push_back(input("weight", *weight));
-  if (dw) {
-    if (!weight) throw Error("dw", "no dw without a weight", "a dw output");
-    check_view("dw", *dw, 1, 1, "rank 1 ([D])");
-    check_same_shape("dw", *dw, "weight", *weight);
-    operands.push_back(output("dw", *dw));
-  }
-  check_aliasing(operands);
-  check_eps(options.eps);
-  return {x, dy, weight, dx, dw, options, d};
-}
-
-RopeProblem make_rope(const ConstTensorView& in, const ConstTensorView& cos,
-                      const ConstTensorView& sin, const TensorView& out, const RopeOptions& options,
-                      bool transpose, const char* in_name, const char* out_name) {
+// The rotation of `in` into `out` (`in_name`, `out_name` in messages): shapes and
+// tables checked; the aliasing rule is checked over the whole call.
+RopeProblem rope_problem(const ConstTensorView& in, const ConstTensorView& cos,
+                         const ConstTensorView& sin, const TensorView& out,
+                         const RopeOptions& options, bool transpose, const char* in_name,
+                         const char* out_name) {
+  const bool bshd = options.layout == Layout::BSHD;
   const char* layout = layout_name(options.layout);
-  const std::string rank_meaning =
-      std::string("rank 4 (layout ") + layout +
-      (options.layout == Layout::BSHD ? ": [B, S, H, D])" : ": [B, H, S, D])");
+  const Words rank_meaning = {"rank 4 (layout ", layout,
+                              bshd ? ": [B, S, H, D])" : ": [B, H, S, D])"};
   check_view(in_name, in, 4, 4, rank_meaning);
   const int d = check_head_dim(in_name, in.shape[3]);
   check_view(out_name, out, 4, 4, rank_meaning);
   check_same_shape(out_name, out, in_name, in);
   // The layout, not a flattened row index, says which dim is the sequence.
-  const std::int64_t seq = in.shape[options.layout == Layout::BSHD ? 1 : 2];
+  const std::int64_t seq = in.shape[bshd ? 1 : 2];
   check_table("cos", cos, seq, d, layout);
   check_table("sin", sin, seq, d, layout);
-  check_aliasing(std::array{input(in_name, in), input("cos", cos), input("sin", sin),
-                            output(out_name, out, {in_name})});
   RopeProblem p;
   p.in = in;
   p.out = out;
@@ -263,9 +256,87 @@ RopeProblem make_rope(const ConstTensorView& in, const ConstTensorView& cos,
   p.transpose = transpose;
   p.batch = in.shape[0];
   p.seq = seq;
-  p.heads = in.shape[options.layout == Layout::BSHD ? 2 : 1];
+  p.heads = in.shape[bshd ? 2 : 1];
   p.d = d;
   return p;
+}
+
+}  // namespace
+
+SequenceTensor sequence_strides(const ConstTensorView& v, Layout layout) {
+  const bool bshd = layout == Layout::BSHD;
+  return {v.strides[0], v.strides[bshd ? 1 : 2], v.strides[bshd ? 2 : 1], v.strides[3]};
+}
+
+Call<RmsNormForwardProblem> rmsnorm_forward_call(const ConstTensorView& x,
+                                                 const std::optional<ConstTensorView>& weight,
+                                                 const TensorView& y,
+                                                 const RmsNormOptions& options) {
+  check_view("x", x, 1, kMaxRank, {kRowsRank});
+  const int d = check_head_dim("x", x.shape[x.rank - 1]);
+  check_weight(weight, d);
+  check_view("y", y, 1, kMaxRank, {kRowsRank});
+  check_same_shape("y", y, "x", x);
+  Call<RmsNormForwardProblem> call{rmsnorm_record(Direction::Forward, options, d, y.dtype),
+                                   {x, weight, y, options, d}};
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input("x", x));
+  if (weight) tensors.push_back(input("weight", *weight));
+  tensors.push_back(output("y", y, {"x"}));
+  check_call(call.record);
+  return call;
+}
+
+Call<RmsNormBackwardProblem> rmsnorm_backward_call(const ConstTensorView& x,
+                                                   const ConstTensorView& dy,
+                                                   const std::optional<ConstTensorView>& weight,
+                                                   const TensorView& dx,
+                                                   const std::optional<TensorView>& dw,
+                                                   const RmsNormOptions& options) {
+  check_view("x", x, 1, kMaxRank, {kRowsRank});
+  const int d = check_head_dim("x", x.shape[x.rank - 1]);
+  check_view("dy", dy, 1, kMaxRank, {kRowsRank});
+  check_same_shape("dy", dy, "x", x);
+  check_weight(weight, d);
+  check_view("dx", dx, 1, kMaxRank, {kRowsRank});
+  check_same_shape("dx", dx, "x", x);
+  if (dw) {
+    if (!weight) throw Error("dw", "no dw without a weight", "a dw output");
+    check_view("dw", *dw, 1, 1, {kVectorRank});
+    check_same_shape("dw", *dw, "weight", *weight);
+  }
+  Call<RmsNormBackwardProblem> call{rmsnorm_record(Direction::Backward, options, d, dx.dtype),
+                                    {x, dy, weight, dx, dw, options, d}};
+  call.record.computes_dw = dw.has_value();
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input("x", x));
+  tensors.push_back(input("dy", dy));
+  if (weight) tensors.push_back(input("weight", *weight));
+  // Each dx element is written after the row's x and dy elements are read.
+  tensors.push_back(output("dx", dx, {"x", "dy"}));
+  if (dw) tensors.push_back(output("dw", *dw));
+  check_call(call.record);
+  return call;
+}
+
+Call<RopeProblem> rope_call(Direction direction, const ConstTensorView& in,
+                            const ConstTensorView& cos, const ConstTensorView& sin,
+                            const TensorView& out, const RopeOptions& options) {
+  const bool backward = direction == Direction::Backward;
+  const char* in_name = backward ? "dy" : "x";
+  const char* out_name = backward ? "dx" : "y";
+  const RopeProblem problem = rope_problem(in, cos, sin, out, options, backward, in_name, out_name);
+  Call<RopeProblem> call{record_of(OpType::MultiAxisRope, direction, problem.d, out.dtype),
+                         problem};
+  call.record.layout = options.layout;
+  call.record.pairing = options.pairing;
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input(in_name, in));
+  tensors.push_back(input("cos", cos));
+  tensors.push_back(input("sin", sin));
+  tensors.push_back(output(out_name, out, {in_name}));
+  check_call(call.record);
+  return call;
 }
 
 namespace {
@@ -273,7 +344,7 @@ namespace {
 // k (or dk_out) must agree with q (or dq_out) in B, S and D.
 void check_matches(const ConstTensorView& k, const char* k_name, const ConstTensorView& q,
                    const char* q_name, Layout layout) {
-  check_view(k_name, k, 4, 4, "rank 4 (as " + std::string(q_name) + ")");
+  check_view(k_name, k, 4, 4, {"rank 4 (as ", q_name, ")"});
   const int seq_dim = layout == Layout::BSHD ? 1 : 2;
   if (k.shape[0] != q.shape[0] || k.shape[seq_dim] != q.shape[seq_dim] ||
       k.shape[3] != q.shape[3]) {
@@ -291,51 +362,75 @@ void check_text_len(std::int64_t text_len, std::int64_t seq) {
   }
 }
 
-// One of the four norm weights of a fused call, with the names messages give it.
+// One of the four norm weights of a fused call and its gradient, with their names in
+// the trace and in messages.
 struct WeightSlot {
-  const char* weight_name;
-  const char* grad_name;
+  const char* weight_name;      // traced: "weight_text_q"
+  const char* weight_argument;  // in messages: "weights.text_q"
+  const char* grad_name;        // "dw_text_q"
+  const char* grad_argument;    // "weight_grads.text_q"
   const std::optional<ConstTensorView>* weight;
   const std::optional<TensorView>* grad;  // null in the forward
   bool text;                              // text positions, else image positions
   bool q;                                 // a weight of q, else of k
 };
 
-std::array<WeightSlot, 4> weight_slots(const QkNormWeights& w, const QkNormWeightGrads* g) {
-  return {
-      {{"weights.text_q", "weight_grads.text_q", &w.text_q, g ? &g->text_q : nullptr, true, true},
-       {"weights.image_q", "weight_grads.image_q", &w.image_q, g ? &g->image_q : nullptr, false,
-        true},
-       {"weights.text_k", "weight_grads.text_k", &w.text_k, g ? &g->text_k : nullptr, true, false},
-       {"weights.image_k", "weight_grads.image_k", &w.image_k, g ? &g->image_k : nullptr, false,
-        false}}};
+// In the order of the API's structs and of the trace: text_q, text_k, image_q, image_k.
+using WeightSlots = std::array<WeightSlot, 4>;
+
+WeightSlots weight_slots(const QkNormWeights& w, const QkNormWeightGrads* g) {
+  return {{{"weight_text_q", "weights.text_q", "dw_text_q", "weight_grads.text_q", &w.text_q,
+            g ? &g->text_q : nullptr, true, true},
+           {"weight_text_k", "weights.text_k", "dw_text_k", "weight_grads.text_k", &w.text_k,
+            g ? &g->text_k : nullptr, true, false},
+           {"weight_image_q", "weights.image_q", "dw_image_q", "weight_grads.image_q", &w.image_q,
+            g ? &g->image_q : nullptr, false, true},
+           {"weight_image_k", "weights.image_k", "dw_image_k", "weight_grads.image_k", &w.image_k,
+            g ? &g->image_k : nullptr, false, false}}};
 }
 
+// The slots in the order of the streams (problems.hpp): q text, q image, k text, k image.
+constexpr std::array<int, 4> kStreamOrder = {0, 2, 1, 3};
+
 // Every weight has length D; every gradient has its weight and length D.
-void check_weight_slots(const std::array<WeightSlot, 4>& slots, int d) {
-  for (std::size_t a = 0; a < slots.size(); ++a) {
-    const WeightSlot& s = slots[a];
+void check_weight_slots(const WeightSlots& slots, int d) {
+  for (const WeightSlot& s : slots) {
     if (*s.weight) {
-      check_view(s.weight_name, **s.weight, 1, 1, "rank 1 ([D])");
+      check_view(s.weight_argument, **s.weight, 1, 1, {kVectorRank});
       if ((*s.weight)->shape[0] != d) {
-        throw Error(s.weight_name, "length " + std::to_string(d) + " (D of q)",
+        throw Error(s.weight_argument, "length " + std::to_string(d) + " (D of q)",
                     "length " + std::to_string((*s.weight)->shape[0]));
       }
     }
     if (s.grad == nullptr || !*s.grad) continue;
-    if (!*s.weight) throw Error(s.grad_name, "no weight gradient without its weight", "one");
-    check_view(s.grad_name, **s.grad, 1, 1, "rank 1 ([D])");
-    check_same_shape(s.grad_name, **s.grad, s.weight_name, **s.weight);
+    if (!*s.weight) throw Error(s.grad_argument, "no weight gradient without its weight", "one");
+    check_view(s.grad_argument, **s.grad, 1, 1, {kVectorRank});
+    check_same_shape(s.grad_argument, **s.grad, s.weight_argument, **s.weight);
   }
 }
 
-// The weights (inputs) and weight gradients (outputs) of a fused call, added to the
-// operands the aliasing rule checks.
-void add_weight_operands(std::vector<Operand>& operands, const std::array<WeightSlot, 4>& slots) {
+void add_weights(TensorArgs& tensors, const WeightSlots& slots) {
   for (const WeightSlot& s : slots) {
-    if (*s.weight) operands.push_back(input(s.weight_name, **s.weight));
-    if (s.grad != nullptr && *s.grad) operands.push_back(output(s.grad_name, **s.grad));
+    if (*s.weight) tensors.push_back({s.weight_name, s.weight_argument, **s.weight, false, {}});
   }
+}
+
+void add_weight_grads(TensorArgs& tensors, const WeightSlots& slots) {
+  for (const WeightSlot& s : slots) {
+    if (s.grad != nullptr && *s.grad)
+      tensors.push_back({s.grad_name, s.grad_argument, **s.grad, true, {}});
+  }
+}
+
+CallRecord fused_record(Direction direction, const QkNormRopeOptions& options, int d,
+                        DType output_dtype) {
+  CallRecord record = record_of(OpType::QkNormRope, direction, d, output_dtype);
+  record.layout = options.layout;
+  record.pairing = options.pairing;
+  record.mode = options.mode;
+  record.eps = options.eps;
+  record.text_len = options.text_len;
+  return record;
 }
 
 // Sequence range of a stream: text [0, text_len), image [text_len, S).
@@ -346,91 +441,98 @@ std::pair<std::int64_t, std::int64_t> stream_range(bool text, std::int64_t text_
 
 }  // namespace
 
-QkNormRopeForwardProblem make_qk_norm_rope_forward(
+Call<QkNormRopeForwardProblem> qk_norm_rope_forward_call(
     const ConstTensorView& q, const ConstTensorView& k, const QkNormWeights& weights,
     const ConstTensorView& cos, const ConstTensorView& sin, const TensorView& q_out,
     const TensorView& k_out, const QkNormRopeOptions& options) {
   const RopeOptions rope{options.pairing, options.layout};
-  const RopeProblem q_rope = make_rope(q, cos, sin, q_out, rope, false, "q", "q_out");
+  const RopeProblem q_rope = rope_problem(q, cos, sin, q_out, rope, false, "q", "q_out");
   check_matches(k, "k", q, "q", options.layout);
-  const RopeProblem k_rope = make_rope(k, cos, sin, k_out, rope, false, "k", "k_out");
+  const RopeProblem k_rope = rope_problem(k, cos, sin, k_out, rope, false, "k", "k_out");
   check_text_len(options.text_len, q_rope.seq);
-  const auto slots = weight_slots(weights, nullptr);
+  const WeightSlots slots = weight_slots(weights, nullptr);
   check_weight_slots(slots, q_rope.d);
-  std::vector<Operand> operands{input("q", q),
-                                input("k", k),
-                                input("cos", cos),
-                                input("sin", sin),
-                                output("q_out", q_out, {"q"}),
-                                output("k_out", k_out, {"k"})};
-  add_weight_operands(operands, slots);
-  check_aliasing(operands);
-  check_eps(options.eps);
+  Call<QkNormRopeForwardProblem> call{
+      fused_record(Direction::Forward, options, q_rope.d, q_out.dtype), {}};
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input("q", q));
+  tensors.push_back(input("k", k));
+  add_weights(tensors, slots);
+  tensors.push_back(input("cos", cos));
+  tensors.push_back(input("sin", sin));
+  tensors.push_back(output("q_out", q_out, {"q"}));
+  tensors.push_back(output("k_out", k_out, {"k"}));
+  check_call(call.record);
 
-  QkNormRopeForwardProblem problem;
   const RmsNormOptions norm{options.eps, options.mode};
-  for (const WeightSlot& slot : slots) {
-    const RopeProblem& rp =
-        slot.weight_name[std::string_view(slot.weight_name).size() - 1] == 'q' ? q_rope : k_rope;
+  for (const int i : kStreamOrder) {
+    const WeightSlot& slot = slots[static_cast<std::size_t>(i)];
+    const RopeProblem& rp = slot.q ? q_rope : k_rope;
     const auto [begin, end] = stream_range(slot.text, options.text_len, rp.seq);
     if (begin == end) continue;
-    problem.streams.push_back({sequence_slice(rp.in, options.layout, begin, end),
-                               sequence_slice(rp.out, options.layout, begin, end), *slot.weight,
-                               rp.in_strides, rp.out_strides, cos, sin, begin, norm, rope, rp.d});
+    call.problem.streams.push_back({sequence_slice(rp.in, options.layout, begin, end),
+                                    sequence_slice(rp.out, options.layout, begin, end),
+                                    *slot.weight, rp.in_strides, rp.out_strides, cos, sin, begin,
+                                    norm, rope, rp.d});
   }
-  return problem;
+  return call;
 }
 
-QkNormRopeBackwardProblem make_qk_norm_rope_backward(
+Call<QkNormRopeBackwardProblem> qk_norm_rope_backward_call(
     const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& dq_out,
     const ConstTensorView& dk_out, const QkNormWeights& weights, const ConstTensorView& cos,
     const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
     const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options) {
   const RopeOptions rope{options.pairing, options.layout};
-  const RopeProblem q_rope = make_rope(dq_out, cos, sin, dq, rope, true, "dq_out", "dq");
+  const RopeProblem q_rope = rope_problem(dq_out, cos, sin, dq, rope, true, "dq_out", "dq");
   check_matches(dk_out, "dk_out", dq_out, "dq_out", options.layout);
-  const RopeProblem k_rope = make_rope(dk_out, cos, sin, dk, rope, true, "dk_out", "dk");
-  check_view("q", q, 4, 4, "rank 4 (the shape of dq_out)");
+  const RopeProblem k_rope = rope_problem(dk_out, cos, sin, dk, rope, true, "dk_out", "dk");
+  check_view("q", q, 4, 4, {"rank 4 (the shape of dq_out)"});
   check_same_shape("q", q, "dq_out", dq_out);
-  check_view("k", k, 4, 4, "rank 4 (the shape of dk_out)");
+  check_view("k", k, 4, 4, {"rank 4 (the shape of dk_out)"});
   check_same_shape("k", k, "dk_out", dk_out);
   check_text_len(options.text_len, q_rope.seq);
-  const auto slots = weight_slots(weights, &weight_grads);
+  const WeightSlots slots = weight_slots(weights, &weight_grads);
   check_weight_slots(slots, q_rope.d);
+  Call<QkNormRopeBackwardProblem> call{
+      fused_record(Direction::Backward, options, q_rope.d, dq.dtype), {}};
+  call.record.computes_dw =
+      weight_grads.text_q || weight_grads.text_k || weight_grads.image_q || weight_grads.image_k;
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input("q", q));
+  tensors.push_back(input("k", k));
+  tensors.push_back(input("dq_out", dq_out));
+  tensors.push_back(input("dk_out", dk_out));
+  add_weights(tensors, slots);
+  tensors.push_back(input("cos", cos));
+  tensors.push_back(input("sin", sin));
   // dq may be dq_out or q itself (each row is read whole before it is written).
-  std::vector<Operand> operands{input("q", q),
-                                input("k", k),
-                                input("dq_out", dq_out),
-                                input("dk_out", dk_out),
-                                input("cos", cos),
-                                input("sin", sin),
-                                output("dq", dq, {"dq_out", "q"}),
-                                output("dk", dk, {"dk_out", "k"})};
-  add_weight_operands(operands, slots);
-  check_aliasing(operands);
-  check_eps(options.eps);
+  tensors.push_back(output("dq", dq, {"dq_out", "q"}));
+  tensors.push_back(output("dk", dk, {"dk_out", "k"}));
+  add_weight_grads(tensors, slots);
+  check_call(call.record);
 
-  QkNormRopeBackwardProblem problem;
+  // A stream's views are slices of the call's tensors, so the call's aliasing rule
+  // holds for each stream's x, dy, dx, weight and dw.
   const RmsNormOptions norm{options.eps, options.mode};
-  for (const WeightSlot& slot : slots) {
+  for (const int i : kStreamOrder) {
+    const WeightSlot& slot = slots[static_cast<std::size_t>(i)];
     const RopeProblem& rp = slot.q ? q_rope : k_rope;
     const ConstTensorView& x_full = slot.q ? q : k;
     const auto [begin, end] = stream_range(slot.text, options.text_len, rp.seq);
     if (begin == end) {
       // A stream without positions sums no rows: its weight gradient is +0.
-      if (*slot.grad) problem.empty_stream_grads.push_back(**slot.grad);
+      if (*slot.grad) call.problem.empty_stream_grads.push_back(**slot.grad);
       continue;
     }
-    const ConstTensorView x = sequence_slice(x_full, options.layout, begin, end);
-    const ConstTensorView dy = sequence_slice(rp.in, options.layout, begin, end);
-    const TensorView dx = sequence_slice(rp.out, options.layout, begin, end);
-    // The rmsnorm-level checks (aliasing of dw with x, dy, dx and the weight).
-    const RmsNormBackwardProblem n =
-        make_rmsnorm_backward(x, dy, *slot.weight, dx, *slot.grad, norm);
-    problem.streams.push_back({x, dy, dx, n.weight, n.dw, sequence_strides(x_full, options.layout),
-                               rp.in_strides, rp.out_strides, cos, sin, begin, norm, rope, rp.d});
+    call.problem.streams.push_back({sequence_slice(x_full, options.layout, begin, end),
+                                    sequence_slice(rp.in, options.layout, begin, end),
+                                    sequence_slice(rp.out, options.layout, begin, end),
+                                    *slot.weight, *slot.grad,
+                                    sequence_strides(x_full, options.layout), rp.in_strides,
+                                    rp.out_strides, cos, sin, begin, norm, rope, rp.d});
   }
-  return problem;
+  return call;
 }
 
 }  // namespace kernel_align::detail

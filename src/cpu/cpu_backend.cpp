@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,12 @@
 
 namespace kernel_align::cpu {
 namespace {
+
+// Rows [begin, end) of a call.
+struct RowRange {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
 
 // Below this many elements a call runs on the calling thread: waking workers would
 // cost more than the work.
@@ -80,53 +87,52 @@ void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Exe
   }
 }
 
-// The kernels of the selected path, noted in exec.
-const Kernels& active(registry::Execution& exec) {
+// The selected path's row kernels, noted in exec.
+const RowKernels& path_kernels(registry::Execution& exec) {
   const Isa path = isa();
   exec.isa = isa_name(path);
-  return kernels(path);
+  return row_kernels(path);
+}
+
+// Runs `kernel` over the rows of `plan`: in ranges, one per thread, or by the contract's
+// dw blocks when the call computes a dw. The plan is built once per call (per stream
+// of a fused call) and read by every thread.
+void run_rows(RowKernel kernel, const RowPlan& plan, std::int64_t rows,
+              const std::optional<TensorView>& dw, registry::Execution& exec) {
+  if (dw) {
+    for_dw_blocks(rows, plan.d, *dw, exec,
+                  [&](RowRange r, float* partial) { kernel(plan, r.begin, r.end, partial); });
+  } else {
+    for_rows(rows, plan.d, exec, [&](RowRange r) { kernel(plan, r.begin, r.end, nullptr); });
+  }
 }
 
 }  // namespace
 
 void qk_rmsnorm_forward(const detail::RmsNormForwardProblem& p, registry::Execution& exec) {
-  const Kernels& k = active(exec);
-  for_rows(detail::row_count(p.x), p.d, exec, [&](RowRange r) { k.rmsnorm_forward(p, r); });
+  run_rows(path_kernels(exec).rmsnorm_forward, row_plan(p), detail::row_count(p.x), std::nullopt,
+           exec);
 }
 
 void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p, registry::Execution& exec) {
-  const Kernels& k = active(exec);
-  if (p.dw) {
-    for_dw_blocks(detail::row_count(p.x), p.d, *p.dw, exec,
-                  [&](RowRange r, float* partial) { k.rmsnorm_backward(p, r, partial); });
-  } else {
-    for_rows(detail::row_count(p.x), p.d, exec,
-             [&](RowRange r) { k.rmsnorm_backward(p, r, nullptr); });
-  }
+  run_rows(path_kernels(exec).rmsnorm_backward, row_plan(p), detail::row_count(p.x), p.dw, exec);
 }
 
 void multi_axis_rope(const detail::RopeProblem& p, registry::Execution& exec) {
-  const Kernels& k = active(exec);
-  for_rows(detail::row_count(p.in), p.d, exec, [&](RowRange r) { k.rope(p, r); });
+  run_rows(path_kernels(exec).rope, row_plan(p), detail::row_count(p.in), std::nullopt, exec);
 }
 
 void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, registry::Execution& exec) {
-  const Kernels& k = active(exec);
+  const RowKernel kernel = path_kernels(exec).norm_rope_forward;
   for (const detail::NormRopeForwardProblem& s : p.streams) {
-    for_rows(detail::row_count(s.x), s.d, exec, [&](RowRange r) { k.norm_rope_forward(s, r); });
+    run_rows(kernel, row_plan(s), detail::row_count(s.x), std::nullopt, exec);
   }
 }
 
 void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry::Execution& exec) {
-  const Kernels& k = active(exec);
+  const RowKernel kernel = path_kernels(exec).norm_rope_backward;
   for (const detail::NormRopeBackwardProblem& s : p.streams) {
-    if (s.dw) {
-      for_dw_blocks(detail::row_count(s.x), s.d, *s.dw, exec,
-                    [&](RowRange r, float* partial) { k.norm_rope_backward(s, r, partial); });
-    } else {
-      for_rows(detail::row_count(s.x), s.d, exec,
-               [&](RowRange r) { k.norm_rope_backward(s, r, nullptr); });
-    }
+    run_rows(kernel, row_plan(s), detail::row_count(s.x), s.dw, exec);
   }
   detail::zero_empty_stream_grads_on_host(p);
 }

@@ -1,6 +1,6 @@
-// The kernel tables of the CPU paths. This file is compiled for the baseline CPU: it
-// turns each validated problem into a RowPlan (plain data, row_plan.hpp) and calls
-// the row kernels of the path, which live in files compiled for their instruction set.
+// The row-kernel tables of the CPU paths, and the validated problems as RowPlans. This
+// file is compiled for the baseline CPU: it reads the problem structs (std::optional,
+// tensor views) so that the files compiled for an instruction set never do.
 #include "cpu/kernels.hpp"
 
 #include <string>
@@ -70,76 +70,61 @@ RopeParams rope_of(const ConstTensorView& cos, const ConstTensorView& sin, std::
   return rope;
 }
 
+// The rows of `x` (and of `dy`, for a backward; null otherwise) into rows of `out`: the
+// part of a plan every op fills. The op then sets the norm and rope parameters it uses.
+RowPlan rows_plan(int d, const ConstTensorView& x, const ConstTensorView* dy,
+                  const TensorView& out) {
+  RowPlan plan;
+  plan.d = d;
+  plan.x = input_of(x, plan.extents);
+  if (dy != nullptr) plan.dy = input_of(*dy, plan.extents);
+  plan.out = output_of(out, plan.extents);
+  return plan;
+}
+
 }  // namespace
 
-RowPlan plan_of(const detail::RmsNormForwardProblem& p) {
-  RowPlan plan;
-  plan.d = p.d;
-  plan.x = input_of(p.x, plan.extents);
-  plan.out = output_of(p.y, plan.extents);
+RowPlan row_plan(const detail::RmsNormForwardProblem& p) {
+  RowPlan plan = rows_plan(p.d, p.x, nullptr, p.y);
   plan.norm = norm_of(p.weight, p.options);
   return plan;
 }
 
-RowPlan plan_of(const detail::RmsNormBackwardProblem& p) {
-  RowPlan plan;
-  plan.d = p.d;
-  plan.x = input_of(p.x, plan.extents);
-  plan.dy = input_of(p.dy, plan.extents);
-  plan.out = output_of(p.dx, plan.extents);
+RowPlan row_plan(const detail::RmsNormBackwardProblem& p) {
+  RowPlan plan = rows_plan(p.d, p.x, &p.dy, p.dx);
   plan.norm = norm_of(p.weight, p.options);
   return plan;
 }
 
-RowPlan plan_of(const detail::RopeProblem& p) {
-  RowPlan plan;
-  plan.d = p.d;
-  plan.x = input_of(p.in, plan.extents);
-  plan.out = output_of(p.out, plan.extents);
+RowPlan row_plan(const detail::RopeProblem& p) {
+  RowPlan plan = rows_plan(p.d, p.in, nullptr, p.out);
   plan.rope = rope_of(p.cos, p.sin, 0, p.options, p.transpose);
   return plan;
 }
 
-RowPlan plan_of(const detail::NormRopeForwardProblem& p) {
-  RowPlan plan;
-  plan.d = p.d;
-  plan.x = input_of(p.x, plan.extents);
-  plan.out = output_of(p.y, plan.extents);
+RowPlan row_plan(const detail::NormRopeForwardProblem& p) {
+  RowPlan plan = rows_plan(p.d, p.x, nullptr, p.y);
   plan.norm = norm_of(p.weight, p.norm);
   plan.rope = rope_of(p.cos, p.sin, p.seq_offset, p.rope, false);
   return plan;
 }
 
-RowPlan plan_of(const detail::NormRopeBackwardProblem& p) {
-  RowPlan plan;
-  plan.d = p.d;
-  plan.x = input_of(p.x, plan.extents);
-  plan.dy = input_of(p.dy, plan.extents);
-  plan.out = output_of(p.dx, plan.extents);
+RowPlan row_plan(const detail::NormRopeBackwardProblem& p) {
+  RowPlan plan = rows_plan(p.d, p.x, &p.dy, p.dx);
   plan.norm = norm_of(p.weight, p.norm);
   plan.rope = rope_of(p.cos, p.sin, p.seq_offset, p.rope, true);
   return plan;
 }
 
-namespace {
-
-constexpr Kernels kPortable = kernels_over<portable_row_kernels>();
-#if defined(__x86_64__)
-constexpr Kernels kAvx2 = kernels_over<avx2_row_kernels>();
-constexpr Kernels kAvx512 = kernels_over<avx512_row_kernels>();
-#endif
-
-}  // namespace
-
-const Kernels& kernels(Isa isa) {
+const RowKernels& row_kernels(Isa isa) {
   switch (isa) {
     case Isa::Portable:
-      return kPortable;
+      return portable_row_kernels;
 #if defined(__x86_64__)
     case Isa::Avx2:
-      return kAvx2;
+      return avx2_row_kernels;
     case Isa::Avx512:
-      return kAvx512;
+      return avx512_row_kernels;
 #else
     case Isa::Avx2:
     case Isa::Avx512:

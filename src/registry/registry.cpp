@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "kernel_align/error.hpp"
@@ -108,54 +111,88 @@ BackendList candidates_locked(const State& s, Platform platform, OpType op, Dire
   for (const Backend& b : s.backends) {
     if (b.platform == platform && implements(b, op, direction)) list.items[list.count++] = &b;
   }
-  std::stable_sort(list.items.begin(), list.items.begin() + list.count,
-                   [](const Backend* a, const Backend* b) { return a->priority < b->priority; });
+  // By priority, registration order among equals: an insertion sort, since
+  // std::stable_sort allocates a buffer and a call must not allocate.
+  for (int i = 1; i < list.count; ++i) {
+    for (int j = i; j > 0 && list.items[j - 1]->priority > list.items[j]->priority; --j) {
+      std::swap(list.items[j - 1], list.items[j]);
+    }
+  }
   return list;
 }
 
-std::string call_name(const Call& call) {
+std::string call_name(const detail::CallRecord& call) {
   return std::string(op_type_name(call.op)) + " " + direction_name(call.direction);
 }
 
 // Why `b` cannot run `call` ("" when it can).
-std::string cannot_run(const Backend& b, const Call& call) {
-  if (b.platform != call.platform) {
+std::string cannot_run(const Backend& b, const detail::CallRecord& call) {
+  if (b.platform != call.device.platform) {
     return std::string("runs on ") + platform_name(b.platform) + ", the tensors are on " +
-           platform_name(call.platform);
+           platform_name(call.device.platform);
   }
   if (const std::string why = b.unavailable_reason(); !why.empty()) return "unavailable: " + why;
   if (!implements(b, call.op, call.direction)) return "does not implement " + call_name(call);
   return unsupported_reason(b.capabilities, call);
 }
 
+// Whether every tensor of the call has unit stride in its last dim.
+bool rows_contiguous(const detail::CallRecord& call) {
+  return std::all_of(call.tensors.begin(), call.tensors.end(), [](const detail::TensorArg& t) {
+    return t.view.strides[t.view.rank - 1] == 1;
+  });
+}
+
+// The largest power of two dividing every data address of the call (a page when it has
+// no tensor).
+std::size_t alignment(const detail::CallRecord& call) {
+  std::uintptr_t addresses = 0;
+  for (const detail::TensorArg& t : call.tensors) {
+    addresses |= reinterpret_cast<std::uintptr_t>(t.view.data);
+  }
+  constexpr std::size_t kPage = 4096;
+  return addresses == 0 ? kPage : std::size_t{1} << std::countr_zero(addresses);
+}
+
+template <class Enum, std::size_t N, class Name>
+std::string outside(const char* what, const std::optional<Enum>& value, unsigned supported,
+                    const Enum (&all)[N], const Name& name) {
+  return value ? outside(what, *value, supported, all, name) : "";
+}
+
 }  // namespace
 
-std::string unsupported_reason(const Capabilities& caps, const Call& call) {
+std::string unsupported_reason(const Capabilities& caps, const detail::CallRecord& call) {
+  unsigned dtypes = 0;
+  for (const detail::TensorArg& t : call.tensors) dtypes |= bit(t.view.dtype);
   for (const DType t : kDTypes) {
-    if ((call.dtype_set & bit(t)) == 0) continue;
+    if ((dtypes & bit(t)) == 0) continue;
     if (std::string why = outside("dtype", t, caps.dtypes, kDTypes, dtype_name); !why.empty()) {
       return why;
     }
   }
-  std::string why;
-  if (call.has_layout) why = outside("layout", call.layout, caps.layouts, kLayouts, layout_name);
-  if (why.empty() && call.has_pairing) {
-    why = outside("pairing", call.pairing, caps.pairings, kPairings, pairing_name);
+  if (std::string why = outside("layout", call.layout, caps.layouts, kLayouts, layout_name);
+      !why.empty()) {
+    return why;
   }
-  if (why.empty() && call.has_mode) {
-    why = outside("mode", call.mode, caps.modes, kModes, norm_mode_name);
+  if (std::string why = outside("pairing", call.pairing, caps.pairings, kPairings, pairing_name);
+      !why.empty()) {
+    return why;
   }
-  if (!why.empty()) return why;
+  if (std::string why = outside("mode", call.mode, caps.modes, kModes, norm_mode_name);
+      !why.empty()) {
+    return why;
+  }
   if (call.d < caps.min_d || call.d > caps.max_d) {
     return "head dim " + std::to_string(call.d) + " is outside " + std::to_string(caps.min_d) +
            ".." + std::to_string(caps.max_d);
   }
-  if (caps.needs_contiguous_rows && !call.rows_contiguous) {
+  if (caps.needs_contiguous_rows && !rows_contiguous(call)) {
     return "needs rows with unit stride in the last dim";
   }
-  if (call.alignment < caps.min_alignment) {
+  if (const std::size_t aligned = alignment(call); aligned < caps.min_alignment) {
     return "needs data aligned to " + std::to_string(caps.min_alignment) + " bytes, got " +
-           std::to_string(call.alignment);
+           std::to_string(aligned);
   }
   return "";
 }
@@ -191,18 +228,18 @@ BackendList candidates(Platform platform, OpType op, Direction direction) {
   return candidates_locked(s, platform, op, direction);
 }
 
-Choice choose(const Call& call) {
+Choice choose(const detail::CallRecord& call) {
   State& s = state();
   const std::lock_guard lock(s.mutex);
   BackendList order;
   if (!s.override_name.empty()) order.items[order.count++] = find_locked(s, s.override_name);
-  for (const Backend* b : candidates_locked(s, call.platform, call.op, call.direction)) {
+  for (const Backend* b : candidates_locked(s, call.device.platform, call.op, call.direction)) {
     if (order.count == 0 || b != order.items[0]) order.items[order.count++] = b;
   }
   if (order.count == 0) {
     throw Error("backend",
                 std::string("a backend registered for ") + call_name(call) + " on " +
-                    platform_name(call.platform),
+                    platform_name(call.device.platform),
                 "none");
   }
   Choice choice;
@@ -220,7 +257,7 @@ Choice choose(const Call& call) {
   if (choice.backend == nullptr) {
     throw Error("backend",
                 std::string("a backend that can run this ") + call_name(call) + " call on " +
-                    platform_name(call.platform),
+                    platform_name(call.device.platform),
                 reasons);
   }
   if (choice.backend == choice.requested) return choice;

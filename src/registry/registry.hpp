@@ -1,5 +1,6 @@
-// The registry's data model: what a backend declares, what a call needs, and the
-// choice between them. The backends themselves are registered in backends.cpp.
+// The registry's data model: what a backend declares, and the choice of one for a call
+// (read from the call's record, api/call.hpp). The backends themselves are registered
+// in backends.cpp.
 #pragma once
 
 #include <array>
@@ -10,27 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include "api/problems.hpp"
+#include "api/call.hpp"
 #include "kernel_align/registry.hpp"
 
 namespace kernel_align::registry {
-
-// The traits of one call that a backend's capabilities are checked against.
-struct Call {
-  Platform platform = Platform::Cpu;
-  OpType op = OpType::QkRmsNorm;
-  Direction direction = Direction::Forward;
-  unsigned dtype_set = 0;  // bit(dtype) of every tensor argument
-  bool has_layout = false;
-  Layout layout = Layout::BSHD;
-  bool has_pairing = false;
-  Pairing pairing = Pairing::Interleaved;
-  bool has_mode = false;
-  NormMode mode = NormMode::Single;
-  int d = 0;
-  bool rows_contiguous = true;  // every tensor's last dim has stride 1
-  std::size_t alignment = 0;    // the largest power of two dividing every data address
-};
 
 // A set of enumerators (dtypes, layouts, ...) as bits.
 template <class Enum>
@@ -50,8 +34,9 @@ struct Capabilities {
   std::size_t min_alignment = 1;  // bytes
 };
 
-// Why `caps` does not cover `call`, in words ("" when it does).
-std::string unsupported_reason(const Capabilities& caps, const Call& call);
+// Why `caps` does not cover `call` (its dtypes, options, head dim, strides and data
+// alignment), in words ("" when it does).
+std::string unsupported_reason(const Capabilities& caps, const detail::CallRecord& call);
 // The capabilities in words, for the backends table.
 std::string describe(const Capabilities& caps);
 
@@ -122,16 +107,17 @@ struct BackendList {
 // The backends of the platform that implement the op, in priority order.
 BackendList candidates(Platform platform, OpType op, Direction direction);
 
-// The choice for one call: the backend to run and the first choice (never null; they
-// differ on a fallback, whose reason is then set). Throws Error in strict mode, or
-// when no backend can run the call, with every backend's reason. Backends are never
-// freed while registered, so the pointers outlive the call.
+// The choice for one call, from the platform of its tensors' device: the backend to run
+// and the first choice (never null; they differ on a fallback, whose reason is then
+// set). Throws Error in strict mode, or when no backend can run the call, with every
+// backend's reason. Backends are never freed while registered, so the pointers outlive
+// the call. Allocates nothing unless it falls back or throws.
 struct Choice {
   const Backend* backend = nullptr;
   const Backend* requested = nullptr;
   std::string fallback;  // "" unless it fell back
 };
-Choice choose(const Call& call);
+Choice choose(const detail::CallRecord& call);
 
 // Registers a backend for the life of the object (backends.cpp holds the built-in
 // ones; tests add backends with narrow capabilities to exercise the selection).

@@ -132,8 +132,9 @@ std::string field(const char* key, const std::string& json) {
 }
 
 // The record after its "seq" member.
-std::string record_body(const CallDescription& call, const registry::Choice& choice,
-                        const registry::Execution& exec, const FloatState& fs) {
+std::string record_body(const kernel_align::detail::CallRecord& call,
+                        const registry::Choice& choice, const registry::Execution& exec,
+                        const FloatState& fs) {
   std::string r;
   r += field("contract", quoted(contract::kVersionString));
   r += field("library", quoted(version()));
@@ -146,7 +147,7 @@ std::string record_body(const CallDescription& call, const registry::Choice& cho
   r += field("isa", quoted(exec.isa));
   r += field("fallback", choice.fallback.empty() ? "null" : quoted(choice.fallback));
   r += field("fingerprint", quoted(choice.backend->fingerprint));
-  r += field("tensors", array(call.tensors, [](const TensorArg& t) {
+  r += field("tensors", array(call.tensors, [](const kernel_align::detail::TensorArg& t) {
                return "{\"name\":" + quoted(t.name) +
                       ",\"dtype\":" + quoted(dtype_name(t.view.dtype)) +
                       ",\"shape\":" + dims(t.view, t.view.shape) +
@@ -209,7 +210,7 @@ std::string record_body(const CallDescription& call, const registry::Choice& cho
     return batch_digests(v);
   };
   std::string digests = "{";
-  for (const TensorArg& t : call.tensors) {
+  for (const kernel_align::detail::TensorArg& t : call.tensors) {
     if (!t.output) continue;
     if (digests.size() > 1) digests += ',';
     digests.append(quoted(t.name)).append(":").append(array(digests_of(t.view), hex64));
@@ -271,7 +272,7 @@ bool write_record(std::string_view body) {
 
 }  // namespace
 
-void write(const CallDescription& call, const registry::Choice& choice,
+void write(const kernel_align::detail::CallRecord& call, const registry::Choice& choice,
            const registry::Execution& exec, const FloatState& float_state) {
   write_record(record_body(call, choice, exec, float_state));
 }

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "api/problems.hpp"
+#include "api/call.hpp"
 #include "cpu/kernels.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/rmsnorm.hpp"
@@ -143,21 +143,22 @@ std::optional<ConstTensorView> cview(const std::optional<PlacedBuffer>& b) {
   return b->cview();
 }
 
-// Runs a kernel over all rows in two ranges split mid-tensor (the second starts
-// inside a leading dim).
-void in_two_ranges(std::int64_t rows, const std::function<void(cpu::RowRange)>& kernel) {
-  kernel({0, rows / 3});
-  kernel({rows / 3, rows});
+// Runs a kernel over all rows of the plan in two ranges split mid-tensor (the second
+// starts inside a leading dim).
+void in_two_ranges(cpu::RowKernel kernel, const cpu::RowPlan& plan, std::int64_t rows) {
+  kernel(plan, 0, rows / 3, nullptr);
+  kernel(plan, rows / 3, rows, nullptr);
 }
 
 // The driver's dw: the contract's blocks of kDwBlockRows rows summed separately,
 // then in block order.
-void dw_in_blocks(std::int64_t rows, int d, const TensorView& dw,
-                  const std::function<void(cpu::RowRange, float*)>& kernel) {
+void dw_in_blocks(cpu::RowKernel kernel, const cpu::RowPlan& plan, std::int64_t rows,
+                  const TensorView& dw) {
+  const int d = plan.d;
   const std::int64_t blocks = contract::dw_block_count(rows);
   std::vector<float> partials(static_cast<std::size_t>(blocks * d), 0.0f);
   for (std::int64_t b = 0; b < blocks; ++b) {
-    kernel({contract::dw_block_begin(rows, b), contract::dw_block_end(rows, b)},
+    kernel(plan, contract::dw_block_begin(rows, b), contract::dw_block_end(rows, b),
            partials.data() + b * d);
   }
   for (int i = 0; i < d; ++i) {
@@ -169,6 +170,17 @@ void dw_in_blocks(std::int64_t rows, int d, const TensorView& dw,
   }
 }
 
+// A backward kernel over all rows of the plan: by dw blocks when it computes a dw,
+// else in two ranges.
+void backward_rows(cpu::RowKernel kernel, const cpu::RowPlan& plan, std::int64_t rows,
+                   const std::optional<TensorView>& dw) {
+  if (dw) {
+    dw_in_blocks(kernel, plan, rows, *dw);
+  } else {
+    in_two_ranges(kernel, plan, rows);
+  }
+}
+
 std::int64_t rows_of(const ConstTensorView& v) {
   return v.numel() / v.shape[v.rank - 1];
 }
@@ -176,20 +188,19 @@ std::int64_t rows_of(const ConstTensorView& v) {
 // The fused forward of every stream of `p`: with `kernels` in two ranges, or with the
 // reference when kernels is null.
 void norm_rope_forward_streams(const detail::QkNormRopeForwardProblem& p,
-                               const cpu::Kernels* kernels) {
+                               const cpu::RowKernels* kernels) {
   for (const auto& stream : p.streams) {
     if (kernels == nullptr) {
       reference::norm_rope_forward(stream);
     } else {
-      in_two_ranges(rows_of(stream.x),
-                    [&](cpu::RowRange r) { kernels->norm_rope_forward(stream, r); });
+      in_two_ranges(kernels->norm_rope_forward, cpu::row_plan(stream), rows_of(stream.x));
     }
   }
 }
 
 // One case: `run(kernels)` computes its outputs on fresh storage with the given
 // kernels, or with the reference backend when kernels is null.
-using CaseRun = std::function<Outputs(const cpu::Kernels* kernels)>;
+using CaseRun = std::function<Outputs(const cpu::RowKernels* kernels)>;
 
 // The kernels a case runs: a path of this build (on CPUs that have it), or the AVX-512
 // path compiled on SIMDe's portable AVX-512 (tests/cpu/CMakeLists.txt), which runs on
@@ -200,17 +211,13 @@ struct KernelPath {
   bool on_simde = false;
 };
 
-#if defined(KERNEL_ALIGN_HAVE_AVX512_ON_SIMDE)
-constexpr cpu::Kernels kAvx512OnSimde = cpu::kernels_over<cpu::avx512_on_simde_row_kernels>();
-#endif
-
 class KernelsSmoke : public ::testing::TestWithParam<KernelPath> {
  protected:
   void SetUp() override {
     const KernelPath& path = GetParam();
     if (path.on_simde) {
 #if defined(KERNEL_ALIGN_HAVE_AVX512_ON_SIMDE)
-      kernels_ = &kAvx512OnSimde;
+      kernels_ = &cpu::avx512_on_simde_row_kernels;
 #else
       GTEST_SKIP() << "built without SIMDe (Debian: libsimde-dev) or not for x86-64: the "
                       "AVX-512 path is tested only on AVX-512 CPUs";
@@ -218,7 +225,7 @@ class KernelsSmoke : public ::testing::TestWithParam<KernelPath> {
       return;
     }
     if (path.isa > best_isa()) GTEST_SKIP() << isa_name(path.isa) << " is not available here";
-    kernels_ = &cpu::kernels(path.isa);
+    kernels_ = &cpu::row_kernels(path.isa);
   }
   void check(const std::string& name, const CaseRun& run) {
     const Outputs expected = run(nullptr);
@@ -227,7 +234,7 @@ class KernelsSmoke : public ::testing::TestWithParam<KernelPath> {
     ++cases_;
   }
   int cases_ = 0;
-  const cpu::Kernels* kernels_ = nullptr;
+  const cpu::RowKernels* kernels_ = nullptr;
 };
 
 std::string describe_case(const char* op, int d, DType in, DType out, Memory m) {
@@ -253,18 +260,18 @@ TEST_P(KernelsSmoke, RmsNorm) {
             const std::optional<PlacedBuffer> w = make_weight(wt, d, m, rng);
             const RmsNormOptions options{1e-6f, mode};
             const std::int64_t rows = rows_of(x.cview());
-            check(describe_case("rmsnorm_forward", d, in, out, m), [&](const cpu::Kernels* k) {
+            check(describe_case("rmsnorm_forward", d, in, out, m), [&](const cpu::RowKernels* k) {
               PlacedBuffer y = make_output(out, x, m);
               const ConstTensorView xv = m == Memory::InPlace && in == out ? y.cview() : x.cview();
-              const auto p = detail::make_rmsnorm_forward(xv, cview(w), y.view(), options);
+              const auto p = detail::rmsnorm_forward_call(xv, cview(w), y.view(), options).problem;
               if (k == nullptr) {
                 reference::qk_rmsnorm_forward(p);
               } else {
-                in_two_ranges(rows, [&](cpu::RowRange r) { k->rmsnorm_forward(p, r); });
+                in_two_ranges(k->rmsnorm_forward, cpu::row_plan(p), rows);
               }
               return Outputs{test::named_bytes("y", y)};
             });
-            check(describe_case("rmsnorm_backward", d, in, out, m), [&](const cpu::Kernels* k) {
+            check(describe_case("rmsnorm_backward", d, in, out, m), [&](const cpu::RowKernels* k) {
               PlacedBuffer dx = make_output(out, dy, m);
               std::optional<PlacedBuffer> dw;
               if (w) dw.emplace(*wt, std::vector<std::int64_t>{d});
@@ -273,15 +280,12 @@ TEST_P(KernelsSmoke, RmsNorm) {
               std::optional<TensorView> dwv;
               if (dw) dwv = dw->view();
               const auto p =
-                  detail::make_rmsnorm_backward(x.cview(), dyv, cview(w), dx.view(), dwv, options);
+                  detail::rmsnorm_backward_call(x.cview(), dyv, cview(w), dx.view(), dwv, options)
+                      .problem;
               if (k == nullptr) {
                 reference::qk_rmsnorm_backward(p);
-              } else if (dw) {
-                dw_in_blocks(rows, d, *dwv, [&](cpu::RowRange r, float* partial) {
-                  k->rmsnorm_backward(p, r, partial);
-                });
               } else {
-                in_two_ranges(rows, [&](cpu::RowRange r) { k->rmsnorm_backward(p, r, nullptr); });
+                backward_rows(k->rmsnorm_backward, cpu::row_plan(p), rows, p.dw);
               }
               Outputs outputs{test::named_bytes("dx", dx)};
               if (dw) outputs.push_back(test::named_bytes("dw", *dw));
@@ -314,16 +318,18 @@ TEST_P(KernelsSmoke, Rope) {
               const PlacedBuffer x = make_tensor(in, stored_shape(layout, kSeq, 2, d), m, rng);
               const auto tables = make_tables(kSeq, d, m, rng);
               const RopeOptions options{pairing, layout};
-              check(describe_case("rope", d, in, out, m), [&](const cpu::Kernels* k) {
+              check(describe_case("rope", d, in, out, m), [&](const cpu::RowKernels* k) {
                 PlacedBuffer y = make_output(out, x, m);
                 const ConstTensorView xv =
                     m == Memory::InPlace && in == out ? y.cview() : x.cview();
-                const auto p = detail::make_rope(xv, tables[0].cview(), tables[1].cview(), y.view(),
-                                                 options, transpose, "x", "y");
+                const auto p =
+                    detail::rope_call(transpose ? Direction::Backward : Direction::Forward, xv,
+                                      tables[0].cview(), tables[1].cview(), y.view(), options)
+                        .problem;
                 if (k == nullptr) {
                   reference::multi_axis_rope(p);
                 } else {
-                  in_two_ranges(rows_of(xv), [&](cpu::RowRange r) { k->rope(p, r); });
+                  in_two_ranges(k->rope, cpu::row_plan(p), rows_of(xv));
                 }
                 return Outputs{test::named_bytes("y", y)};
               });
@@ -362,19 +368,22 @@ TEST_P(KernelsSmoke, FusedNormRope) {
             for (auto& one : w) one = make_weight(wt, d, m, rng);
             const QkNormWeights wv{cview(w[0]), cview(w[1]), cview(w[2]), cview(w[3])};
 
-            check(describe_case("norm_rope_forward", d, in, out, m), [&](const cpu::Kernels* kern) {
+            check(describe_case("norm_rope_forward", d, in, out, m), [&](const cpu::RowKernels*
+                                                                             kern) {
               PlacedBuffer q_out = make_output(out, q, m);
               PlacedBuffer k_out = make_output(out, k, m);
               const bool in_place = m == Memory::InPlace && in == out;
-              const auto p = detail::make_qk_norm_rope_forward(
-                  in_place ? q_out.cview() : q.cview(), in_place ? k_out.cview() : k.cview(), wv,
-                  tables[0].cview(), tables[1].cview(), q_out.view(), k_out.view(), options);
+              const auto p =
+                  detail::qk_norm_rope_forward_call(
+                      in_place ? q_out.cview() : q.cview(), in_place ? k_out.cview() : k.cview(),
+                      wv, tables[0].cview(), tables[1].cview(), q_out.view(), k_out.view(), options)
+                      .problem;
               norm_rope_forward_streams(p, kern);
               return Outputs{test::named_bytes("q_out", q_out), test::named_bytes("k_out", k_out)};
             });
 
             check(describe_case("norm_rope_backward", d, in, out, m),
-                  [&](const cpu::Kernels* kern) {
+                  [&](const cpu::RowKernels* kern) {
                     PlacedBuffer dq = make_output(out, dq_out, m);
                     PlacedBuffer dk = make_output(out, dk_out, m);
                     std::array<std::optional<PlacedBuffer>, 4> dw;
@@ -387,22 +396,18 @@ TEST_P(KernelsSmoke, FusedNormRope) {
                     const QkNormWeightGrads dwv{view_of(dw[0]), view_of(dw[1]), view_of(dw[2]),
                                                 view_of(dw[3])};
                     const bool in_place = m == Memory::InPlace && dy_dtype == out;
-                    const auto p = detail::make_qk_norm_rope_backward(
-                        q.cview(), k.cview(), in_place ? dq.cview() : dq_out.cview(),
-                        in_place ? dk.cview() : dk_out.cview(), wv, tables[0].cview(),
-                        tables[1].cview(), dq.view(), dk.view(), dwv, options);
+                    const auto p =
+                        detail::qk_norm_rope_backward_call(
+                            q.cview(), k.cview(), in_place ? dq.cview() : dq_out.cview(),
+                            in_place ? dk.cview() : dk_out.cview(), wv, tables[0].cview(),
+                            tables[1].cview(), dq.view(), dk.view(), dwv, options)
+                            .problem;
                     for (const auto& stream : p.streams) {
                       if (kern == nullptr) {
                         reference::norm_rope_backward(stream);
-                      } else if (stream.dw) {
-                        dw_in_blocks(rows_of(stream.x), d, *stream.dw,
-                                     [&](cpu::RowRange r, float* partial) {
-                                       kern->norm_rope_backward(stream, r, partial);
-                                     });
                       } else {
-                        in_two_ranges(rows_of(stream.x), [&](cpu::RowRange r) {
-                          kern->norm_rope_backward(stream, r, nullptr);
-                        });
+                        backward_rows(kern->norm_rope_backward, cpu::row_plan(stream),
+                                      rows_of(stream.x), stream.dw);
                       }
                     }
                     Outputs outputs{test::named_bytes("dq", dq), test::named_bytes("dk", dk)};
@@ -495,15 +500,15 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                 PlacedBuffer x(in, {2, 3, 7, d});
                 fill_split_rows(x, rng);
                 const std::optional<PlacedBuffer> w = make_split_weight(wt, weight_kind, d, rng);
-                check("rmsnorm_forward " + name, [&](const cpu::Kernels* k) {
+                check("rmsnorm_forward " + name, [&](const cpu::RowKernels* k) {
                   PlacedBuffer y(out, x.shape());
-                  const auto p = detail::make_rmsnorm_forward(x.cview(), cview(w), y.view(),
-                                                              RmsNormOptions{eps, mode});
+                  const auto p = detail::rmsnorm_forward_call(x.cview(), cview(w), y.view(),
+                                                              RmsNormOptions{eps, mode})
+                                     .problem;
                   if (k == nullptr) {
                     reference::qk_rmsnorm_forward(p);
                   } else {
-                    in_two_ranges(rows_of(x.cview()),
-                                  [&](cpu::RowRange r) { k->rmsnorm_forward(p, r); });
+                    in_two_ranges(k->rmsnorm_forward, cpu::row_plan(p), rows_of(x.cview()));
                   }
                   return Outputs{test::named_bytes("y", y)};
                 });
@@ -523,12 +528,13 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                 options.pairing = d == 18 ? Pairing::Half : Pairing::Interleaved;
                 options.layout = Layout::BSHD;
                 options.text_len = 2;
-                check("norm_rope_forward " + name, [&](const cpu::Kernels* kern) {
+                check("norm_rope_forward " + name, [&](const cpu::RowKernels* kern) {
                   PlacedBuffer q_out(out, q.shape());
                   PlacedBuffer k_out(out, kx.shape());
-                  const auto p = detail::make_qk_norm_rope_forward(
-                      q.cview(), kx.cview(), wv, tables[0].cview(), tables[1].cview(), q_out.view(),
-                      k_out.view(), options);
+                  const auto p = detail::qk_norm_rope_forward_call(
+                                     q.cview(), kx.cview(), wv, tables[0].cview(),
+                                     tables[1].cview(), q_out.view(), k_out.view(), options)
+                                     .problem;
                   norm_rope_forward_streams(p, kern);
                   return Outputs{test::named_bytes("q_out", q_out),
                                  test::named_bytes("k_out", k_out)};
@@ -556,24 +562,25 @@ TEST_P(KernelsSmoke, LargeOutputs) {
       const auto tables = make_tables(shape[1], kD, Memory::Contiguous, rng);
       const std::string name =
           std::string("large ") + dtype_name(out) + " misalign " + std::to_string(misalign);
-      check("rmsnorm_forward " + name, [&](const cpu::Kernels* k) {
+      check("rmsnorm_forward " + name, [&](const cpu::RowKernels* k) {
         PlacedBuffer y(out, shape, misalign * dtype_size(out) / 2);
-        const auto p = detail::make_rmsnorm_forward(x.cview(), std::nullopt, y.view(), {});
+        const auto p = detail::rmsnorm_forward_call(x.cview(), std::nullopt, y.view(), {}).problem;
         if (k == nullptr) {
           reference::qk_rmsnorm_forward(p);
         } else {
-          k->rmsnorm_forward(p, {0, rows_of(x.cview())});
+          k->rmsnorm_forward(cpu::row_plan(p), 0, rows_of(x.cview()), nullptr);
         }
         return Outputs{test::named_bytes("y", y)};
       });
-      check("rope " + name, [&](const cpu::Kernels* k) {
+      check("rope " + name, [&](const cpu::RowKernels* k) {
         PlacedBuffer y(out, shape, misalign * dtype_size(out) / 2);
-        const auto p = detail::make_rope(x.cview(), tables[0].cview(), tables[1].cview(), y.view(),
-                                         {}, false, "x", "y");
+        const auto p = detail::rope_call(Direction::Forward, x.cview(), tables[0].cview(),
+                                         tables[1].cview(), y.view(), {})
+                           .problem;
         if (k == nullptr) {
           reference::multi_axis_rope(p);
         } else {
-          k->rope(p, {0, rows_of(x.cview())});
+          k->rope(cpu::row_plan(p), 0, rows_of(x.cview()), nullptr);
         }
         return Outputs{test::named_bytes("y", y)};
       });

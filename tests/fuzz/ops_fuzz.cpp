@@ -19,7 +19,7 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "api/problems.hpp"
+#include "api/call.hpp"
 #include "cuda/emulator/emulated_backend.hpp"
 #include "kernel_align/error.hpp"
 #include "kernel_align/ops.hpp"
@@ -141,7 +141,7 @@ bool inside(const ConstTensorView& v, const Arena& arena) {
 struct Call {
   std::vector<ConstTensorView> views;
   std::function<void()> run;       // through the public API
-  std::function<void()> validate;  // the validation alone (detail::make_*)
+  std::function<void()> validate;  // the validation alone (detail::*_call)
 };
 
 Call decode(FuzzedDataProvider& f, Arena& arena) {
@@ -165,7 +165,7 @@ Call decode(FuzzedDataProvider& f, Arena& arena) {
     add(weight);
     if (op == 0) {
       call.run = [=] { qk_rmsnorm_forward(x, weight, out, options); };
-      call.validate = [=] { detail::make_rmsnorm_forward(x, weight, out, options); };
+      call.validate = [=] { detail::rmsnorm_forward_call(x, weight, out, options); };
     } else {
       const TensorView dy = in.same_shape(in.dtype(), x);
       std::optional<TensorView> dw;
@@ -173,7 +173,7 @@ Call decode(FuzzedDataProvider& f, Arena& arena) {
       call.views.push_back(dy);
       add(dw);
       call.run = [=] { qk_rmsnorm_backward(x, dy, weight, out, dw, options); };
-      call.validate = [=] { detail::make_rmsnorm_backward(x, dy, weight, out, dw, options); };
+      call.validate = [=] { detail::rmsnorm_backward_call(x, dy, weight, out, dw, options); };
     }
     return call;
   }
@@ -197,7 +197,9 @@ Call decode(FuzzedDataProvider& f, Arena& arena) {
     } else {
       call.run = [=] { multi_axis_rope_backward(q, cos, sin, out, rope); };
     }
-    call.validate = [=] { detail::make_rope(q, cos, sin, out, rope, op == 3, "x", "y"); };
+    call.validate = [=] {
+      detail::rope_call(op == 3 ? Direction::Backward : Direction::Forward, q, cos, sin, out, rope);
+    };
     return call;
   }
   const TensorView k = in.view(activations, 4, stored(k_heads).data());
@@ -216,7 +218,7 @@ Call decode(FuzzedDataProvider& f, Arena& arena) {
     call.views.push_back(k_out);
     call.run = [=] { qk_norm_rope_forward(q, k, weights, cos, sin, q_out, k_out, options); };
     call.validate = [=] {
-      detail::make_qk_norm_rope_forward(q, k, weights, cos, sin, q_out, k_out, options);
+      detail::qk_norm_rope_forward_call(q, k, weights, cos, sin, q_out, k_out, options);
     };
     return call;
   }
@@ -236,7 +238,7 @@ Call decode(FuzzedDataProvider& f, Arena& arena) {
     qk_norm_rope_backward(q, k, dq_out, dk_out, weights, cos, sin, dq, dk, grads, options);
   };
   call.validate = [=] {
-    detail::make_qk_norm_rope_backward(q, k, dq_out, dk_out, weights, cos, sin, dq, dk, grads,
+    detail::qk_norm_rope_backward_call(q, k, dq_out, dk_out, weights, cos, sin, dq, dk, grads,
                                        options);
   };
   return call;

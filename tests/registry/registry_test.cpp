@@ -128,8 +128,8 @@ TEST(Registry, OnlyCudaHasBackendsOffTheCpu) {
       GTEST_SKIP() << "a CUDA device is available here: the no-backend error cannot show";
     }
   }
-  registry::Call call;
-  call.platform = Platform::Cuda;
+  detail::CallRecord call;
+  call.device = Device::cuda(0);
   call.d = kD;
   try {
     registry::choose(call);
