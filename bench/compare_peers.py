@@ -108,8 +108,8 @@ MS_OPSET = 1  # com.microsoft RotaryEmbedding
 TOLERANCE_CLASS = {"qk_rmsnorm_fwd": "reduction_forward", "multi_axis_rope_fwd": "elementwise",
                    "qk_norm_rope_fwd": "reduction_forward"}
 ROUNDINGS = {"qk_rmsnorm_fwd": 2, "multi_axis_rope_fwd": 1, "qk_norm_rope_fwd": 3}
-ROUNDS = 3
-TIMING = (5, 30, 0.5)  # per round: compare_torch.time_ms's min reps, max reps, budget (s)
+ROUNDS = 5
+TIMING = (5, 20, 0.4)  # per round: compare_torch.time_ms's min reps, max reps, budget (s)
 QUICK_ROUNDS = 1
 QUICK_TIMING = (3, 5, 0.2)
 QUICK_DEFAULTS = dict(shapes=["t2i_1024x1024"], dtypes=["fp16"], threads=[1])
