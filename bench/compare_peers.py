@@ -662,8 +662,9 @@ def main(argv=None) -> int:
         argv = sys.argv[1:] if argv is None else argv
         os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
 
+    load_before = os.getloadavg()[0]  # the machine is shared: how busy it was
     rows, checks, isa = measure(args)
-    info = environment(isa)
+    info = dict(environment(isa), load_average=f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}")
     print_tables(rows, checks, "Environment: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     if args.json:
         with open(args.json, "w") as fh:
