@@ -152,13 +152,12 @@ def reference(op, t, text_len):
             norm_rope64(t.k, wtk, wik, t.cos, t.sin, text_len))
 
 
-def row_ulp(ref):
-    """ulp in ref's dtype of the largest |value| of each row (the last dim): [..., 1] fp64."""
+def ulp_of(scale, dtype):
+    """ulp in dtype (a torch float dtype) of the fp64 magnitudes scale."""
     import torch
-    bits = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}[ref.dtype]
-    largest = ref.double().abs().amax(-1, keepdim=True)
-    _, exponent = torch.frexp(largest)  # largest = f * 2^exponent, 0.5 <= f < 1
-    return torch.ldexp(torch.ones_like(largest), exponent - 1 - bits)
+    bits = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}[dtype]
+    _, exponent = torch.frexp(scale)  # scale = f * 2^exponent, 0.5 <= f < 1
+    return torch.ldexp(torch.ones_like(scale), exponent - 1 - bits)
 
 
 def torch_of(value):
@@ -192,8 +191,8 @@ def check(op, outputs, expected, ours):
     for out, ref, mine in zip(outputs, expected, ours):
         out = (out if isinstance(out, torch.Tensor) else torch_of(out)).reshape(ref.shape)
         diff = (out.double() - ref.double()).abs()
-        scale = ref.double().abs().amax(-1, keepdim=True)
-        ulp = row_ulp(ref)
+        scale = ref.double().abs().amax(-1, keepdim=True)  # the row's largest |value|
+        ulp = ulp_of(scale, ref.dtype)
         units = max(units, largest(diff / (atol + rtol * scale)))
         ulps = max(ulps, largest(diff / ulp))
         ulps_ours = max(ulps_ours, largest((out.double() - mine.double()).abs() / ulp))
@@ -401,11 +400,10 @@ def ov_runner(model, threads, io, workdir):
     for name, x in {**io["inputs"], **io["outputs"]}.items():
         array = x.view(torch.int16).numpy() if x.dtype == torch.bfloat16 else x.numpy()
         request.set_tensor(name, ov.Tensor(array, list(x.shape), types[x.dtype]))  # shares x
-    outputs = list(io["outputs"].values())
 
-    def run():
+    def run():  # (io keeps the tensors alive as long as the request)
         request.infer(share_inputs=True, share_outputs=True)  # no copies of the results
-        return outputs
+        return list(io["outputs"].values())
     return run
 
 
@@ -428,11 +426,15 @@ def ours(op, t, text_len, in_place):
     ops = torch.ops.kernel_align
     fused = (*t.weights, t.cos, t.sin, text_len, ct.EPS, "diffusers", "interleaved", "bshd")
     if in_place:
-        if op == "multi_axis_rope_fwd":
-            x = t.q.clone()
-            return lambda: ops.multi_axis_rope_(x, t.cos, t.sin, "interleaved", "bshd") or [x]
-        q, k = t.q.clone(), t.k.clone()
-        return lambda: ops.qk_norm_rope_(q, k, *fused) or [q, k]
+        buffers = [t.q.clone()] if op == "multi_axis_rope_fwd" else [t.q.clone(), t.k.clone()]
+
+        def run():
+            if op == "multi_axis_rope_fwd":
+                ops.multi_axis_rope_(*buffers, t.cos, t.sin, "interleaved", "bshd")
+            else:
+                ops.qk_norm_rope_(*buffers, *fused)
+            return buffers
+        return run
     calls = {
         "qk_rmsnorm_fwd": lambda: [ops.qk_rmsnorm(t.q, t.weights[2], ct.EPS, "diffusers", None)],
         "multi_axis_rope_fwd": lambda: [ops.multi_axis_rope(t.q, t.cos, t.sin, "interleaved", "bshd")],
