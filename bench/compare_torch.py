@@ -444,14 +444,21 @@ def best_path(cases, context):
 # ---------------------------------------------------------------------------------------
 # Timing in children, combining, printing
 
+def allocator_env(alloc) -> dict:
+    """This process's environment with glibc's malloc set up as ALLOCATORS[alloc] (for a
+    child process: glibc reads GLIBC_TUNABLES at start-up only)."""
+    env = dict(os.environ)
+    env.pop("GLIBC_TUNABLES", None)
+    if ALLOCATORS[alloc]:
+        env["GLIBC_TUNABLES"] = ALLOCATORS[alloc]
+    return env
+
+
 def time_torch(args) -> list:
     """Every torch-side timing, one child process per allocator setting."""
     rows = []
     for alloc in args.allocators:
-        env = dict(os.environ)
-        env.pop("GLIBC_TUNABLES", None)
-        if ALLOCATORS[alloc]:
-            env["GLIBC_TUNABLES"] = ALLOCATORS[alloc]
+        env = allocator_env(alloc)
         out = tempfile.NamedTemporaryFile(prefix=f"ka-torch-{alloc}-", suffix=".json",
                                           delete=False).name
         impls = [i for i in args.impls
