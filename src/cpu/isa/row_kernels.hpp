@@ -345,9 +345,9 @@ constexpr std::int64_t kStreamingMinBytes = std::int64_t{16} << 20;
 // on a chunk-size boundary (then every full chunk does), as a framework's allocations
 // do, and that is not written over an input: a row read just before is in cache, where
 // a plain store needs no read for ownership either, and streaming it out made in-place
-// RoPE 1.2-1.4x slower than out of place. Decided once per call: deciding per chunk cost about 12 scalar instructions per 8
-// lanes, and deciding per row made g++ hoist the loads both branches share above the
-// branch and spill them (+40% instructions for fp32 RoPE).
+// RoPE 1.2-1.4x slower than out of place. Decided once per call: deciding per chunk cost about 12
+// scalar instructions per 8 lanes, and deciding per row made g++ hoist the loads both branches
+// share above the branch and spill them (+40% instructions for fp32 RoPE).
 inline bool streams_output(const RowPlan& p) {
   const std::int64_t rows = p.extents[0] * p.extents[1] * p.extents[2];
   const std::int64_t element_bytes = p.out.dtype == DType::F32 ? 4 : 2;
