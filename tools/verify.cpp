@@ -24,6 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "cases/bytes.hpp"
+#include "cases/configs.hpp"
+#include "cases/inputs.hpp"
+#include "cases/shapes.hpp"
 #include "cli_args.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
@@ -41,6 +45,13 @@ namespace kernel_align::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using cases::byte_difference;
+using cases::Config;
+using cases::config_words;
+using cases::kHeadDim;
+using cases::seed_of;
+using cases::Shape;
+using cases::ShapeTables;
 
 constexpr std::array<FlagSpec, 3> kVerifyFlags{
     {{"--quick"}, {"--shape", true}, file_flag("--json")}};
@@ -48,91 +59,10 @@ constexpr std::string_view kQuickFlag = "--quick";
 constexpr std::string_view kReferenceBackend = "reference";
 // The only backend with ISA paths to choose from (set_isa).
 constexpr std::string_view kSimdBackend = "simd";
-constexpr int kHeadDim = 128;  // Qwen-Image; the sum of the default axes 16 + 56 + 56
 constexpr std::int64_t kBatch = 2;
 constexpr std::int64_t kSampleSlot = 1;                 // the sample's place in the batch of kBatch
 constexpr float kInputLow = -4.0f, kInputWidth = 8.0f;  // activations, gradients
 constexpr float kWeightLow = 0.5f, kWeightWidth = 1.0f;  // near 1, as trained norm weights are
-
-struct Shape {
-  std::string name;
-  std::int64_t heads = 0;
-  std::int64_t text_len = 0;
-  std::vector<ImageGrid> images;
-};
-
-// The issue's shapes: the three text-to-image resolutions and the Edit pipeline's
-// target plus one reference image.
-std::vector<Shape> issue_shapes() {
-  const ImageGrid square = ImageGrid::from_pixels(1024, 1024);  // 64 x 64 tokens
-  return {{"t2i_1024x1024", 24, 256, {square}},
-          {"t2i_1328x1328", 24, 256, {ImageGrid::from_pixels(1328, 1328)}},  // 83 x 83
-          {"t2i_1664x928", 24, 256, {ImageGrid::from_pixels(1664, 928)}},    // 104 wide, 58 high
-          {"edit_1024x1024+ref1024x1024", 24, 256, {square, square}}};
-}
-
-// --quick: the same kinds of grid (even square, odd square, wide, two images) small
-// enough for CI. 8 heads, not fewer: the image rows then fill 3 threads, which the
-// CPU backend only starts for 16384 elements each.
-std::vector<Shape> quick_shapes() {
-  const ImageGrid square = ImageGrid::from_pixels(128, 128);  // 8 x 8 tokens
-  return {{"t2i_128x128", 8, 16, {square}},
-          {"t2i_144x144", 8, 16, {ImageGrid::from_pixels(144, 144)}},  // 9 x 9
-          {"t2i_192x112", 8, 16, {ImageGrid::from_pixels(192, 112)}},  // 12 wide, 7 high
-          {"edit_128x128+ref128x128", 8, 16, {square, square}}};
-}
-
-// One configuration of an op; pairing, mode and layout are set where the op has them.
-struct Config {
-  OpType op = OpType::QkRmsNorm;
-  Direction direction = Direction::Forward;
-  DType dtype = DType::F32;
-  std::optional<Pairing> pairing;
-  std::optional<NormMode> mode;
-  std::optional<Layout> layout;
-  std::size_t row = 0;  // its table row: the index of (op, direction, dtype)
-};
-
-// "qk_norm_rope backward bf16 half diffusers bhsd"
-std::string config_words(const Config& c) {
-  std::string words = std::string(op_type_name(c.op)) + " " + direction_name(c.direction) + " " +
-                      dtype_name(c.dtype);
-  if (c.pairing) words += std::string(" ") + pairing_name(*c.pairing);
-  if (c.mode) words += std::string(" ") + norm_mode_name(*c.mode);
-  if (c.layout) words += std::string(" ") + layout_name(*c.layout);
-  return words;
-}
-
-// Every configuration, grouped by table row (op, direction, dtype).
-std::vector<Config> all_configs() {
-  std::vector<Config> configs;
-  std::size_t row = 0;
-  for (const OpType op : {OpType::QkRmsNorm, OpType::MultiAxisRope, OpType::QkNormRope}) {
-    using Modes = std::vector<std::optional<NormMode>>;
-    using Pairings = std::vector<std::optional<Pairing>>;
-    using Layouts = std::vector<std::optional<Layout>>;
-    const Modes modes = op == OpType::MultiAxisRope ? Modes{std::nullopt}
-                                                    : Modes{NormMode::Single, NormMode::Diffusers};
-    const Pairings pairings = op == OpType::QkRmsNorm
-                                  ? Pairings{std::nullopt}
-                                  : Pairings{Pairing::Half, Pairing::Interleaved};
-    const Layouts layouts =
-        op == OpType::QkRmsNorm ? Layouts{std::nullopt} : Layouts{Layout::BSHD, Layout::BHSD};
-    for (const Direction direction : {Direction::Forward, Direction::Backward}) {
-      for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-        for (const auto& pairing : pairings) {
-          for (const auto& mode : modes) {
-            for (const auto& layout : layouts) {
-              configs.push_back({op, direction, dtype, pairing, mode, layout, row});
-            }
-          }
-        }
-        ++row;
-      }
-    }
-  }
-  return configs;
-}
 
 // A backend as verify runs it: simd once per ISA path, any other backend as it is.
 struct Variant {
@@ -198,40 +128,6 @@ ThreadCounts thread_counts() {
     if (n != counts.main) counts.others.push_back(n);
   }
   return counts;
-}
-
-// The positions and cos/sin tables of a shape (diffusers layout).
-struct ShapeTables {
-  std::int64_t seq = 0;
-  RopeTables tables;
-
-  ConstTensorView cos() const {
-    return ConstTensorView::contiguous(tables.cos.data(), DType::F32, {seq, tables.columns});
-  }
-  ConstTensorView sin() const {
-    return ConstTensorView::contiguous(tables.sin.data(), DType::F32, {seq, tables.columns});
-  }
-};
-
-ShapeTables shape_tables(const Shape& shape) {
-  PositionRequest request;
-  request.layout = PositionLayout::Diffusers;
-  request.text_len = shape.text_len;
-  request.images = shape.images;
-  const std::vector<Position> positions = build_positions(request);
-  const auto seq = static_cast<std::int64_t>(positions.size());
-  return {seq, build_rope_tables(positions.front().data(), seq)};
-}
-
-// 64-bit FNV-1a: a configuration's seed from its name, so that its inputs do not
-// depend on which other configurations run (--shape).
-std::uint64_t seed_of(std::string_view name) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const char c : name) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h;
 }
 
 // One configuration at one shape with its inputs: every activation or gradient is a
@@ -371,47 +267,6 @@ Outputs compute_on(const std::string& backend, std::optional<Isa> isa, const Cas
     throw std::runtime_error("the call ran on isa " + call.isa + ", not " + isa_name(*isa));
   }
   return outputs;
-}
-
-std::uint32_t element_bits(std::span<const std::byte> bytes, std::size_t element,
-                           std::size_t size) {
-  std::uint32_t bits = 0;
-  if (size == 4) {
-    std::memcpy(&bits, bytes.data() + element * size, 4);
-  } else {
-    std::uint16_t half = 0;
-    std::memcpy(&half, bytes.data() + element * size, 2);
-    bits = half;
-  }
-  return bits;
-}
-
-std::string hex(std::uint32_t bits, std::size_t size) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%0*x", static_cast<int>(2 * size), bits);
-  return text;
-}
-
-// "" when the bytes are equal, else which elements differ: "q_out: 3 of 81920
-// elements differ, first at element 17: expected 0x3f80, found 0x3f81".
-std::string byte_difference(const std::string& name, std::size_t element_size,
-                            std::span<const std::byte> expected, std::span<const std::byte> found) {
-  if (expected.size() != found.size()) {
-    return name + ": " + std::to_string(expected.size()) + " bytes expected, " +
-           std::to_string(found.size()) + " found";
-  }
-  if (std::memcmp(expected.data(), found.data(), expected.size()) == 0) return "";
-  const std::size_t elements = expected.size() / element_size;
-  std::size_t differing = 0;
-  std::size_t first = 0;
-  for (std::size_t i = 0; i < elements; ++i) {
-    if (element_bits(expected, i, element_size) == element_bits(found, i, element_size)) continue;
-    if (differing++ == 0) first = i;
-  }
-  return name + ": " + std::to_string(differing) + " of " + std::to_string(elements) +
-         " elements differ, first at element " + std::to_string(first) + ": expected " +
-         hex(element_bits(expected, first, element_size), element_size) + ", found " +
-         hex(element_bits(found, first, element_size), element_size);
 }
 
 // "" when every output has the expected bytes, else the differences ("; "-joined).
@@ -588,7 +443,7 @@ Options parse_options(const std::vector<std::string>& tokens) {
   if (const auto value = args.optional("--quick")) {
     throw Error("--quick", "no value", single_quoted(*value));
   }
-  const std::vector<Shape> known = options.quick ? quick_shapes() : issue_shapes();
+  const std::vector<Shape>& known = options.quick ? cases::quick_shapes() : cases::issue_shapes();
   const std::vector<std::string> asked = args.all("--shape");
   for (const Shape& s : known) {
     if (asked.empty() || std::find(asked.begin(), asked.end(), s.name) != asked.end()) {
@@ -665,15 +520,7 @@ std::string json_document(const Matrix& m) {
   j << "{\n  \"contract\": " << quoted(contract::kVersionString)
     << ",\n  \"quick\": " << (m.options->quick ? "true" : "false") << ",\n  \"shapes\": [";
   for (std::size_t s = 0; s < m.options->shapes.size(); ++s) {
-    const Shape& shape = m.options->shapes[s];
-    j << (s == 0 ? "\n" : ",\n") << "    {\"name\": " << quoted(shape.name)
-      << ", \"batch\": 1, \"heads\": " << shape.heads << ", \"head_dim\": " << kHeadDim
-      << ", \"text_len\": " << shape.text_len << ", \"images\": [";
-    for (std::size_t i = 0; i < shape.images.size(); ++i) {
-      j << (i == 0 ? "" : ", ") << "{\"height\": " << shape.images[i].height
-        << ", \"width\": " << shape.images[i].width << "}";
-    }
-    j << "]}";
+    j << (s == 0 ? "\n" : ",\n") << "    " << cases::shape_json(m.options->shapes[s]);
   }
   j << "\n  ],\n  \"threads\": [" << m.threads.main;
   for (const int n : m.threads.others) j << ", " << n;
@@ -781,7 +628,7 @@ int run_verify(const std::vector<std::string>& args, std::ostream& out, std::ost
   Matrix m;
   m.options = &options;
   m.backends = backends_to_verify();
-  m.configs = all_configs();
+  m.configs = cases::all_configs();
   m.threads = thread_counts();
 
   std::string labels;
@@ -809,7 +656,7 @@ int run_verify(const std::vector<std::string>& args, std::ostream& out, std::ost
   Progress bar(progress, progress_is_terminal,
                m.backends.variants.size() * m.configs.size() * options.shapes.size());
   for (std::size_t s = 0; s < options.shapes.size(); ++s) {
-    const ShapeTables tables = shape_tables(options.shapes[s]);
+    const ShapeTables tables = cases::shape_tables(options.shapes[s]);
     for (std::size_t c = 0; c < m.configs.size(); ++c) {
       const Case one_case = make_case(m.configs[c], options.shapes[s], tables);
       const Expected expected = reference_result(one_case);
