@@ -37,8 +37,8 @@
 #include "kernel_align/runtime.hpp"
 #include "kernel_align/tables.hpp"
 #include "messages.hpp"
+#include "npy.hpp"
 #include "output_files.hpp"
-#include "random_inputs.hpp"
 #include "tensor_io.hpp"
 
 namespace kernel_align::cli {
@@ -49,6 +49,7 @@ using cases::byte_difference;
 using cases::Config;
 using cases::config_words;
 using cases::kHeadDim;
+using cases::Random;
 using cases::seed_of;
 using cases::Shape;
 using cases::ShapeTables;
@@ -132,7 +133,8 @@ ThreadCounts thread_counts() {
 
 // One configuration at one shape with its inputs: every activation or gradient is a
 // batch of kBatch whose element kSampleSlot is the sample the checks follow (element 0
-// holds other random data).
+// holds other random data). One Case serves every configuration of a shape in turn,
+// each filling the arrays the previous one left (reused_array).
 struct Case {
   const Config* config = nullptr;
   const Shape* shape = nullptr;
@@ -144,8 +146,21 @@ struct Case {
   std::vector<NpyArray> weights;
 };
 
-Case make_case(const Config& config, const Shape& shape, const ShapeTables& tables) {
-  Case c{&config, &shape, &tables, {}, {}};
+// `array` as an array of `type` and `shape`, in the storage it had: a new allocation
+// only when it grows. The full matrix spent a third of its time in the page faults of
+// fresh arrays when every case and call allocated its own.
+NpyArray& reused_array(NpyArray& array, NpyType type, std::vector<std::int64_t> shape) {
+  array.type = type;
+  array.shape = std::move(shape);
+  array.data.resize(static_cast<std::size_t>(array.numel()) * npy_type_size(type));
+  return array;
+}
+
+// `c` as the case of `config` at `shape`: its seeded inputs in c's arrays.
+void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTables& tables) {
+  c.config = &config;
+  c.shape = &shape;
+  c.tables = &tables;
   Random random(seed_of(config_words(config) + " " + shape.name));
   const bool bhsd = config.layout == Layout::BHSD;
   const std::vector<std::int64_t> batch_shape =
@@ -166,13 +181,17 @@ Case make_case(const Config& config, const Shape& shape, const ShapeTables& tabl
       weights = 4;
       break;
   }
-  for (std::size_t i = 0; i < tensors; ++i) {
-    c.batched.push_back(random_tensor(random, config.dtype, batch_shape, kInputLow, kInputWidth));
+  const NpyType type = npy_type_of(config.dtype);
+  c.batched.resize(tensors);
+  for (NpyArray& a : c.batched) {
+    cases::fill_uniform(random, config.dtype, reused_array(a, type, batch_shape).data, kInputLow,
+                        kInputWidth);
   }
-  for (std::size_t i = 0; i < weights; ++i) {
-    c.weights.push_back(random_tensor(random, config.dtype, {kHeadDim}, kWeightLow, kWeightWidth));
+  c.weights.resize(weights);
+  for (NpyArray& a : c.weights) {
+    cases::fill_uniform(random, config.dtype, reused_array(a, type, {kHeadDim}).data, kWeightLow,
+                        kWeightWidth);
   }
-  return c;
 }
 
 struct Output {
@@ -182,23 +201,31 @@ struct Output {
 };
 using Outputs = std::vector<Output>;
 
-// Calls the op of `c` on the sample alone, or on the whole batch.
-Outputs compute(const Case& c, bool whole_batch) {
+// Calls the op of `c` on the sample alone, or on the whole batch, into `outputs`: each
+// zero-filled first, as a new array is, in the storage it had (reused_array).
+void compute(const Case& c, bool whole_batch, Outputs& outputs) {
   const Config& config = *c.config;
   const auto input = [&](std::size_t i) {
     const ConstTensorView all = const_view(c.batched[i]);
     return whole_batch ? all : narrow(all, 0, kSampleSlot, kSampleSlot + 1);
   };
   const auto weight = [&](std::size_t i) { return const_view(c.weights[i]); };
-  Outputs outputs;
+  std::size_t count = 0;
+  const auto add = [&](const char* name, NpyType type, std::vector<std::int64_t> shape,
+                       bool per_sample) {
+    if (outputs.size() == count) outputs.emplace_back();
+    Output& o = outputs[count++];
+    o.name = name;
+    o.per_sample = per_sample;
+    NpyArray& a = reused_array(o.array, type, std::move(shape));
+    std::fill(a.data.begin(), a.data.end(), std::byte{0});
+  };
   const auto add_like_input = [&](const char* name) {
     std::vector<std::int64_t> shape = c.batched[0].shape;
     shape[0] = whole_batch ? kBatch : 1;
-    outputs.push_back({name, make_npy_array(c.batched[0].type, std::move(shape)), true});
+    add(name, c.batched[0].type, std::move(shape), true);
   };
-  const auto add_dw = [&](const char* name) {
-    outputs.push_back({name, make_npy_array(c.weights[0].type, {kHeadDim}), false});
-  };
+  const auto add_dw = [&](const char* name) { add(name, c.weights[0].type, {kHeadDim}, false); };
   const auto out = [&](std::size_t i) { return mutable_view(outputs[i].array); };
   const bool forward = config.direction == Direction::Forward;
 
@@ -250,14 +277,14 @@ Outputs compute(const Case& c, bool whole_batch) {
       break;
     }
   }
-  return outputs;
+  outputs.resize(count);
 }
 
 // Runs `c` on `backend` (and, when set, ISA path `isa`); throws when the call ran
 // anywhere else, so that no fallback passes for the backend under test.
-Outputs compute_on(const std::string& backend, std::optional<Isa> isa, const Case& c,
-                   bool whole_batch) {
-  Outputs outputs = compute(c, whole_batch);
+void compute_on(const std::string& backend, std::optional<Isa> isa, const Case& c, bool whole_batch,
+                Outputs& outputs) {
+  compute(c, whole_batch, outputs);
   const CallReport call = last_call();
   if (call.backend != backend) {
     throw std::runtime_error("the call ran on " + call.backend + ", not " + backend +
@@ -266,7 +293,6 @@ Outputs compute_on(const std::string& backend, std::optional<Isa> isa, const Cas
   if (isa && call.isa != isa_name(*isa)) {
     throw std::runtime_error("the call ran on isa " + call.isa + ", not " + isa_name(*isa));
   }
-  return outputs;
 }
 
 // "" when every output has the expected bytes, else the differences ("; "-joined).
@@ -321,52 +347,56 @@ std::string attempt(const std::function<std::string()>& check) {
   }
 }
 
-// The expected bytes of a case, computed once and shared by every variant.
-struct Expected {
-  Outputs outputs;
-  std::string error;  // why the reference could not give them, "" when it did
+// The outputs of the calls of a case, reused from case to case of a shape.
+struct CaseOutputs {
+  Outputs expected;            // the reference backend's, shared by every variant
+  std::string expected_error;  // why the reference could not give them, "" when it did
+  Outputs sample;              // the variant's, on the sample alone with the main thread count
+  Outputs other;               // the variant's on the batch, or with another thread count
 };
 
-Expected reference_result(const Case& c) {
-  Expected expected;
-  expected.error = attempt([&] {
+void compute_expected(const Case& c, CaseOutputs& outputs) {
+  outputs.expected_error = attempt([&] {
     set_backend(kReferenceBackend);
-    expected.outputs = compute_on(std::string(kReferenceBackend), std::nullopt, c, false);
+    compute_on(std::string(kReferenceBackend), std::nullopt, c, false, outputs.expected);
     return std::string();
   });
-  return expected;
 }
 
 // The three checks of one variant on one case.
-void verify_cell(const Variant& variant, const Case& c, const Expected& expected,
-                 const ThreadCounts& threads, Cell& cell) {
-  const auto run = [&](int thread_count, bool whole_batch) {
+void verify_cell(const Variant& variant, const Case& c, const ThreadCounts& threads,
+                 CaseOutputs& outputs, Cell& cell) {
+  const auto run = [&](int thread_count, bool whole_batch, Outputs& into) -> const Outputs& {
     set_backend(variant.backend);
     if (variant.isa) set_isa(*variant.isa);
     set_num_threads(thread_count);
-    return compute_on(variant.backend, variant.isa, c, whole_batch);
+    compute_on(variant.backend, variant.isa, c, whole_batch, into);
+    return into;
   };
-  std::optional<Outputs> sample;
+  bool sample_ran = false;
   cell.failures[kReferenceCheck] = attempt([&] {
-    sample = run(threads.main, false);
-    if (!expected.error.empty()) return "the reference backend failed: " + expected.error;
-    return outputs_difference(expected.outputs, *sample);
+    run(threads.main, false, outputs.sample);
+    sample_ran = true;
+    if (!outputs.expected_error.empty()) {
+      return "the reference backend failed: " + outputs.expected_error;
+    }
+    return outputs_difference(outputs.expected, outputs.sample);
   });
-  if (!sample) {
+  if (!sample_ran) {
     const std::string not_run = "not run: the sample's call failed";
     cell.failures[kBatchCheck] = not_run;
     cell.failures[kThreadsCheck] = not_run;
     return;
   }
   cell.failures[kBatchCheck] = attempt([&] {
-    const std::string d = batch_difference(*sample, run(threads.main, true));
+    const std::string d = batch_difference(outputs.sample, run(threads.main, true, outputs.other));
     return d.empty() ? d
                      : "element " + std::to_string(kSampleSlot) + " of a batch of " +
                            std::to_string(kBatch) + " vs alone: " + d;
   });
   cell.failures[kThreadsCheck] = attempt([&] {
     for (const int n : threads.others) {
-      const std::string d = outputs_difference(*sample, run(n, false));
+      const std::string d = outputs_difference(outputs.sample, run(n, false, outputs.other));
       if (!d.empty()) {
         return thread_words(n) + " vs " + thread_words(threads.main) + ": " + d;
       }
@@ -657,13 +687,15 @@ int run_verify(const std::vector<std::string>& args, std::ostream& out, std::ost
                m.backends.variants.size() * m.configs.size() * options.shapes.size());
   for (std::size_t s = 0; s < options.shapes.size(); ++s) {
     const ShapeTables tables = cases::shape_tables(options.shapes[s]);
+    Case one_case;
+    CaseOutputs outputs;
     for (std::size_t c = 0; c < m.configs.size(); ++c) {
-      const Case one_case = make_case(m.configs[c], options.shapes[s], tables);
-      const Expected expected = reference_result(one_case);
+      set_case(one_case, m.configs[c], options.shapes[s], tables);
+      compute_expected(one_case, outputs);
       for (std::size_t v = 0; v < m.backends.variants.size(); ++v) {
         Cell& cell = m.cells.emplace_back(Cell{v, c, s, {}});
         bar.step(cell_words(m, cell));
-        verify_cell(m.backends.variants[v], one_case, expected, m.threads, cell);
+        verify_cell(m.backends.variants[v], one_case, m.threads, outputs, cell);
       }
     }
   }
