@@ -113,7 +113,7 @@ TIMING = (5, 20, 0.4)  # per round: compare_torch.time_ms's min reps, max reps, 
 QUICK_ROUNDS = 1
 QUICK_TIMING = (3, 5, 0.2)
 QUICK_DEFAULTS = dict(shapes=["t2i_1024x1024"], dtypes=["fp16"], threads=[1])
-FULL_DEFAULTS = dict(shapes=list(ct.SHAPES), dtypes=ct.DTYPES, threads=[1, 2])
+FULL_DEFAULTS = dict(dtypes=ct.DTYPES, threads=[1, 2])  # shapes: all
 
 
 # ---------------------------------------------------------------------------------------
@@ -270,15 +270,16 @@ def norm_nodes(g, x, weight, variant):
     return g.node("Cast", [y], to=onnx_type(weight.dtype)) if narrow else y
 
 
-def rope_nodes(g, x, positions, cos, sin, variant, dtype):
-    """Interleaved RoPE of x [1, S, H*D] (in dtype) by fp32 tables [S, D/2]; [1, S, H*D]."""
+def rope_nodes(g, x, positions, cos, sin, variant, dtype, heads):
+    """Interleaved RoPE of x [1, S, H*D] (in dtype, H = heads) by fp32 tables [S, D/2];
+    [1, S, H*D]."""
     import numpy as np
     import torch
     seq, half = cos.shape
     if variant == "contrib":  # the caches in x's dtype: the operator's type constraint
         return g.node("RotaryEmbedding", [x, positions, g.const(numpy_of(cos.to(dtype))),
                                           g.const(numpy_of(sin.to(dtype)))],
-                      domain="com.microsoft", interleaved=1, num_heads=ct.HEADS)
+                      domain="com.microsoft", interleaved=1, num_heads=heads)
     narrow = dtype != torch.float32
     xf = g.node("Cast", [x], to=onnx_type(torch.float32)) if narrow else x
     pairs = g.node("Reshape", [xf, g.const(np.array([1, seq, -1, half, 2], np.int64))])
@@ -325,7 +326,8 @@ def onnx_model(op, variant, t, text_len, io):
     if op == "qk_rmsnorm_fwd":
         outputs = {"y": norm_nodes(g, "x", t.weights[2], variant)}
     elif op == "multi_axis_rope_fwd":
-        outputs = {"y": rope_nodes(g, "x", "position_ids", t.cos, t.sin, variant, t.q.dtype)}
+        outputs = {"y": rope_nodes(g, "x", "position_ids", t.cos, t.sin, variant, t.q.dtype,
+                                   heads)}
     else:
         outputs = {}
         one = g.const(np.array([1], np.int64))
@@ -338,7 +340,7 @@ def onnx_model(op, variant, t, text_len, io):
             rows = g.node("Reshape", [g.node("Concat", parts, axis=1),
                                       g.const(np.array([1, seq, heads * dim], np.int64))])
             outputs[f"{stream}_out"] = rope_nodes(g, rows, "position_ids", t.cos, t.sin, variant,
-                                                  t.q.dtype)
+                                                  t.q.dtype, heads)
     for name, produced in outputs.items():
         g.rename(produced, name)
 
@@ -495,15 +497,15 @@ def measure(args):
     with tempfile.TemporaryDirectory(prefix="ka-peers-") as workdir:
         for shape in args.shapes:
             for dtype in args.dtypes:
-                t = ct.make_tensors(shape, torch_dtype[dtype], ["ka"])
+                t = ct.make_tensors(args.shape_of[shape], torch_dtype[dtype], ["ka"])
                 for op in args.ops:
-                    expected = reference(op, t, ct.TEXT_LEN)
-                    our_outputs = ours(op, t, ct.TEXT_LEN, in_place=False)()
+                    expected = reference(op, t, t.text_len)
+                    our_outputs = ours(op, t, t.text_len, in_place=False)()
                     for threads in args.threads:
                         torch.set_num_threads(threads)
                         ka.set_num_threads(threads)
                         t0 = time.perf_counter()
-                        cases, op_checks = build_cases(op, t, threads, ct.TEXT_LEN, impls,
+                        cases, op_checks = build_cases(op, t, threads, t.text_len, impls,
                                                        workdir, expected, our_outputs)
                         isa = isa or ka.last_call().isa
                         samples = {impl: [] for impl, c in cases.items() if callable(c)}
@@ -644,7 +646,9 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: t2i_1024x1024, fp16, 1 thread, one round of few calls")
-    ap.add_argument("--shapes", nargs="+", choices=list(ct.SHAPES), help="default: all")
+    ap.add_argument("--shapes", nargs="+", help="default: all (kernel-align shapes)")
+    ap.add_argument("--cli", default=str(ct.DEFAULT_CLI),
+                    help="the kernel-align executable, whose `shapes` lists the shapes")
     ap.add_argument("--dtypes", nargs="+", choices=ct.DTYPES, help="default: all")
     ap.add_argument("--threads", nargs="+", type=int, help="default: 1 2")
     ap.add_argument("--ops", nargs="+", default=OPS, choices=OPS)
@@ -657,6 +661,7 @@ def main(argv=None) -> int:
     for name, value in (QUICK_DEFAULTS if args.quick else FULL_DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    ct.resolve_shapes(ap, args)
 
     env = ct.allocator_env(args.allocator)
     if os.environ.get("GLIBC_TUNABLES") != env.get("GLIBC_TUNABLES"):

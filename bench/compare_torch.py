@@ -76,13 +76,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import summarize  # noqa: E402
 
-HEADS, HEAD_DIM, TEXT_LEN, EPS = 24, 128, 256, 1e-6
-SHAPES = {  # name -> images as (width_px, height_px); names as in kernel_align_bench.cpp
-    "t2i_1024x1024": [(1024, 1024)],
-    "t2i_1328x1328": [(1328, 1328)],
-    "t2i_1664x928": [(1664, 928)],
-    "edit_1024x1024+ref1024x1024": [(1024, 1024), (1024, 1024)],
-}
+EPS = 1e-6
+# The shapes are the issue's, as `kernel-align shapes` prints them (src/cases/shapes.hpp,
+# the list kernel_align_bench runs): the CLI of this checkout's release build by default.
+DEFAULT_CLI = ROOT / "build/release/kernel-align"
 DTYPES = ["fp32", "bf16", "fp16"]
 OPS = ["qk_rmsnorm_fwd", "qk_rmsnorm_bwd", "multi_axis_rope_fwd", "multi_axis_rope_bwd",
        "qk_norm_rope_fwd", "qk_norm_rope_bwd"]
@@ -103,25 +100,57 @@ QUICK_TIMING = {"torch": (2, 2, 0.0), "ka": (3, 5, 0.2)}
 # --quick: one small shape, one dtype, one thread, few repetitions (a smoke run).
 QUICK_DEFAULTS = dict(shapes=["t2i_1024x1024"], dtypes=["bf16"], threads=[1], reps=1,
                       min_time="0.05")
-FULL_DEFAULTS = dict(shapes=list(SHAPES), dtypes=DTYPES, threads=sorted({1, os.cpu_count() or 1}),
-                     reps=3, min_time="0.3")
+FULL_DEFAULTS = dict(dtypes=DTYPES, threads=sorted({1, os.cpu_count() or 1}), reps=3,
+                     min_time="0.3")  # shapes: all
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One of the issue's shapes: batch 1, `heads` heads of head_dim, text_len text tokens,
+    then the images, each (height, width) in tokens."""
+    name: str
+    heads: int
+    head_dim: int
+    text_len: int
+    grids: tuple
+
+
+def issue_shapes(cli) -> dict:
+    """name -> Shape, from `cli shapes` (the kernel-align executable)."""
+    if not Path(cli).exists():
+        sys.exit(f"compare_torch: no kernel-align executable at {cli} (build the release "
+                 "preset, or pass --cli): it lists the shapes")
+    listed = json.loads(subprocess.run([str(cli), "shapes"], check=True, capture_output=True,
+                                       text=True).stdout)["issue"]
+    return {s["name"]: Shape(s["name"], s["heads"], s["head_dim"], s["text_len"],
+                             tuple((i["height"], i["width"]) for i in s["images"]))
+            for s in listed}
+
+
+def resolve_shapes(ap, args, names_args=("shapes",)):
+    """Checks the shape names of `names_args` against the issue's shapes (all of them where
+    one is unset) and sets args.shape_of (name -> Shape)."""
+    args.shape_of = issue_shapes(args.cli)
+    for name in names_args:
+        asked = getattr(args, name)
+        unknown = [s for s in asked or [] if s not in args.shape_of]
+        if unknown:
+            ap.error(f"--{name.replace('_', '-')}: {', '.join(unknown)} not among "
+                     f"{', '.join(args.shape_of)}")
+    if args.shapes is None:
+        args.shapes = list(args.shape_of)
 
 
 # ---------------------------------------------------------------------------------------
 # PyTorch side (child process). torch, kernel_align and diffusers are imported here only:
 # the parent process needs none of them.
 
-def image_grids(shape):
-    """(height, width) in latent tokens of each image (VAE /8, then 2x2 patches)."""
-    return [(h // 16, w // 16) for (w, h) in SHAPES[shape]]
-
-
 def positions(shape):
     """diffusers' Qwen-Image positions [S, 3]: text (m+j on all axes), then images."""
     import torch
-    grids = image_grids(shape)
+    grids = shape.grids
     m = max(max(h // 2, w // 2) for h, w in grids)
-    rows = [torch.arange(TEXT_LEN).unsqueeze(1).repeat(1, 3) + m]
+    rows = [torch.arange(shape.text_len).unsqueeze(1).repeat(1, 3) + m]
     for k, (h, w) in enumerate(grids):
         hh = torch.arange(h) - (h + 1) // 2
         ww = torch.arange(w) - (w + 1) // 2
@@ -155,11 +184,11 @@ def rope(x, cos, sin):
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).to(x.dtype)
 
 
-def norm_rope(q, k, wtq, wtk, wiq, wik, cos, sin):
+def norm_rope(q, k, wtq, wtk, wiq, wik, cos, sin, text_len):
     import torch
 
     def one(x, wt, wi):
-        y = torch.cat((rms(x[:, :TEXT_LEN], wt), rms(x[:, TEXT_LEN:], wi)), 1)
+        y = torch.cat((rms(x[:, :text_len], wt), rms(x[:, text_len:], wi)), 1)
         return rope(y, cos, sin)
 
     return one(q, wtq, wiq), one(k, wtk, wik)
@@ -179,9 +208,11 @@ class Tensors:
     sin: object = None
     txt_freqs: object = None  # QwenEmbedRope's complex64 [T, D/2] and [S - T, D/2] (diffusers)
     img_freqs: object = None
+    text_len: int = None  # T, the text tokens at the start of the sequence
 
 
 def make_tensors(shape, dtype, impls) -> Tensors:
+    """Random inputs and the tables of `shape` (a Shape)."""
     import torch
     pos = positions(shape)
     seq = pos.shape[0]
@@ -189,18 +220,19 @@ def make_tensors(shape, dtype, impls) -> Tensors:
     def uniform(*size, lo=-2.0, hi=2.0):
         return torch.empty(*size).uniform_(lo, hi).to(dtype)
 
-    q, k, dq, dk = (uniform(1, seq, HEADS, HEAD_DIM) for _ in range(4))
-    weights = [uniform(HEAD_DIM, lo=0.5, hi=1.5) for _ in range(4)]
-    t = Tensors(q, k, dq, dk, weights, *tables(pos))
-    img_shapes = [[(1, h, w) for h, w in image_grids(shape)]]  # a batch of one sample
+    q, k, dq, dk = (uniform(1, seq, shape.heads, shape.head_dim) for _ in range(4))
+    weights = [uniform(shape.head_dim, lo=0.5, hi=1.5) for _ in range(4)]
+    t = Tensors(q, k, dq, dk, weights, *tables(pos), text_len=shape.text_len)
+    img_shapes = [[(1, h, w) for h, w in shape.grids]]  # a batch of one sample
     if {"ka", "ka_op"} & set(impls):
         import kernel_align as ka
-        t.cos, t.sin = ka.rope_tables(ka.qwen_image_rope_positions(img_shapes, TEXT_LEN))
+        t.cos, t.sin = ka.rope_tables(ka.qwen_image_rope_positions(img_shapes, shape.text_len))
     if "diffusers" in impls:
         from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
         # As QwenImageTransformer2DModel builds it (axes_dims_rope (16, 56, 56)).
         embed = QwenEmbedRope(theta=10000, axes_dim=[16, 56, 56], scale_rope=True)
-        t.img_freqs, t.txt_freqs = embed(img_shapes, torch.device("cpu"), max_txt_seq_len=TEXT_LEN)
+        t.img_freqs, t.txt_freqs = embed(img_shapes, torch.device("cpu"),
+                                         max_txt_seq_len=shape.text_len)
     return t
 
 
@@ -222,7 +254,8 @@ def formula_graph(norm, rope_fn, norm_rope_fn):
             (x,) = leaves((t.q,), requires_grad)
             return (lambda: (rope_fn(x, t.seed_cos, t.seed_sin),)), [x], (t.dq,)
         q, k, *ws = leaves((t.q, t.k, *t.weights), requires_grad)
-        return (lambda: norm_rope_fn(q, k, *ws, t.seed_cos, t.seed_sin)), [q, k, *ws], (t.dq, t.dk)
+        return ((lambda: norm_rope_fn(q, k, *ws, t.seed_cos, t.seed_sin, t.text_len)), [q, k, *ws],
+                (t.dq, t.dk))
     return graph
 
 
@@ -238,7 +271,7 @@ def ka_graph(base, t, requires_grad):
     q, k, *ws = leaves((t.q, t.k, *t.weights), requires_grad)
 
     def forward():
-        return ka.qk_norm_rope(q, k, t.cos, t.sin, text_len=TEXT_LEN, text_q_weight=ws[0],
+        return ka.qk_norm_rope(q, k, t.cos, t.sin, text_len=t.text_len, text_q_weight=ws[0],
                                text_k_weight=ws[1], image_q_weight=ws[2], image_k_weight=ws[3],
                                eps=EPS, mode="diffusers")
     return forward, [q, k, *ws], (t.dq, t.dk)
@@ -251,7 +284,7 @@ def diffusers_graph(base, t, requires_grad):
     from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
 
     def module(weight):
-        norm = RMSNorm(HEAD_DIM, eps=EPS)
+        norm = RMSNorm(t.q.shape[-1], eps=EPS)
         norm.weight = torch.nn.Parameter(weight.detach(), requires_grad=requires_grad)
         return norm
 
@@ -265,7 +298,7 @@ def diffusers_graph(base, t, requires_grad):
         return (lambda: (apply_rotary_emb_qwen(x, freqs, use_real=False),)), [x], (t.dq,)
     # qk_norm_rope: text q, image q, text k, image k, each its own tensor (as the
     # projections make them, so no slicing shows up in the backward).
-    text, image = slice(None, TEXT_LEN), slice(TEXT_LEN, None)
+    text, image = slice(None, t.text_len), slice(t.text_len, None)
     streams = leaves((t.q[:, text], t.q[:, image], t.k[:, text], t.k[:, image]), requires_grad)
     norms = [module(t.weights[i]) for i in (0, 2, 1, 3)]  # norm_added_q, norm_q, norm_added_k, norm_k
     freqs = (t.txt_freqs, t.img_freqs, t.txt_freqs, t.img_freqs)
@@ -296,7 +329,7 @@ def ka_op_case(op, t):
     ops = torch.ops.kernel_align
     opts = (EPS, "diffusers")
     rope_opts = ("interleaved", "bshd")
-    fused = (*t.weights, t.cos, t.sin, TEXT_LEN, *opts, *rope_opts)
+    fused = (*t.weights, t.cos, t.sin, t.text_len, *opts, *rope_opts)
     calls = {
         "qk_rmsnorm_fwd": lambda: ops.qk_rmsnorm(t.q, t.weights[2], *opts, None),
         "qk_rmsnorm_bwd": lambda: ops.qk_rmsnorm_backward(t.q, t.dq, t.weights[2], *opts, True),
@@ -366,7 +399,7 @@ def child(args) -> int:
     compile_shapes = set(args.compile_shapes or args.shapes)
     for shape in args.shapes:
         for dname in args.dtypes:
-            tensors = make_tensors(shape, tdt[dname], args.impls)
+            tensors = make_tensors(args.shape_of[shape], tdt[dname], args.impls)
             for threads in args.threads:
                 torch.set_num_threads(threads)
                 if uses_ka:
@@ -464,7 +497,7 @@ def time_torch(args) -> list:
         impls = [i for i in args.impls
                  if i != "compile" or (not args.no_compile and alloc in args.compile_allocators)]
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child-out", out,
-               "--allocator", alloc, "--shapes", *args.shapes, "--dtypes", *args.dtypes,
+               "--allocator", alloc, "--cli", str(args.cli), "--shapes", *args.shapes, "--dtypes", *args.dtypes,
                "--threads", *map(str, args.threads), "--ops", *args.ops, "--impls", *impls]
         if args.compile_shapes:
             cmd += ["--compile-shapes", *args.compile_shapes]
@@ -611,7 +644,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: t2i_1024x1024, bf16, 1 thread, few repetitions "
                          "(explicit --shapes/--dtypes/--threads/--reps/--min-time still apply)")
-    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), help="default: all")
+    ap.add_argument("--shapes", nargs="+", help="default: all (kernel-align shapes)")
     ap.add_argument("--dtypes", nargs="+", choices=DTYPES, help="default: all")
     ap.add_argument("--threads", nargs="+", type=int, help="default: 1 and all cores")
     ap.add_argument("--ops", nargs="+", default=OPS, choices=OPS)
@@ -619,12 +652,14 @@ def main(argv=None) -> int:
                     help="torch-side implementations to time (default: all)")
     ap.add_argument("--allocators", nargs="+", default=list(ALLOCATORS), choices=list(ALLOCATORS))
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    ap.add_argument("--compile-shapes", nargs="+", choices=list(SHAPES),
+    ap.add_argument("--compile-shapes", nargs="+",
                     help="shapes to compile (default: all of --shapes); compiling is slow")
     ap.add_argument("--compile-allocators", nargs="+", default=["tuned"], choices=list(ALLOCATORS),
                     help="allocator settings under which torch.compile is timed (default: tuned)")
     ap.add_argument("--ours-json", nargs="+", help="kernel_align_bench JSON instead of running it")
     ap.add_argument("--bench", default=str(ROOT / "build/bench/bench/kernel_align_bench"))
+    ap.add_argument("--cli", default=str(DEFAULT_CLI),
+                    help="the kernel-align executable, whose `shapes` lists the shapes")
     ap.add_argument("--path", help="our path to compare (default: cpu-<best_isa>)")
     ap.add_argument("--reps", type=int, help="C++ benchmark repetitions, median (default 3)")
     ap.add_argument("--min-time", help="C++ benchmark min time per repetition (default 0.3)")
@@ -638,6 +673,7 @@ def main(argv=None) -> int:
     for name, value in (QUICK_DEFAULTS if args.quick else FULL_DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    resolve_shapes(ap, args, ("shapes", "compile_shapes"))
 
     if args.child_out:
         return child(args)

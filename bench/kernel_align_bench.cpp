@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "cases/inputs.hpp"
+#include "cases/shapes.hpp"
 #include "copy_baseline.hpp"
-#include "core/splitmix64.hpp"
-#include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/positions.hpp"
 #include "kernel_align/registry.hpp"
@@ -35,37 +35,10 @@
 namespace kernel_align::bench {
 namespace {
 
-constexpr std::int64_t kHeads = 24;
-constexpr std::int64_t kHeadDim = 128;
-constexpr std::int64_t kTextLen = 256;
+// The shapes: the issue's (src/cases/shapes.hpp), B = 1.
+using cases::issue_shapes;
+using cases::kHeadDim;
 constexpr float kEps = 1e-6f;
-
-// ---------------------------------------------------------------------------------------
-// Shapes: B = 1, H = 24, D = 128, S = 256 text tokens + the image tokens.
-
-struct Shape {
-  std::string name;
-  std::vector<ImageGrid> images;
-};
-
-const std::vector<Shape>& shapes() {
-  static const std::vector<Shape> s = {
-      {"t2i_1024x1024", {ImageGrid::from_pixels(1024, 1024)}},
-      {"t2i_1328x1328", {ImageGrid::from_pixels(1328, 1328)}},
-      {"t2i_1664x928", {ImageGrid::from_pixels(1664, 928)}},
-      {"edit_1024x1024+ref1024x1024",
-       {ImageGrid::from_pixels(1024, 1024), ImageGrid::from_pixels(1024, 1024)}},
-  };
-  return s;
-}
-
-PositionRequest position_request(const Shape& shape) {
-  PositionRequest r;
-  r.layout = PositionLayout::Diffusers;
-  r.text_len = kTextLen;
-  r.images = shape.images;
-  return r;
-}
 
 // ---------------------------------------------------------------------------------------
 // Ops and the bytes each one moves.
@@ -105,9 +78,10 @@ const char* op_name(Op op) {
 
 // Fused and unfused variants count the same logical bytes (q and k in, q and k out),
 // so their GBps compare directly and the ratio of the two is the fused speed-up.
-std::int64_t op_bytes(Op op, std::int64_t seq, DType dt) {
+std::int64_t op_bytes(Op op, const cases::Shape& shape, DType dt) {
   const auto es = static_cast<std::int64_t>(dtype_size(dt));
-  const std::int64_t tensor = seq * kHeads * kHeadDim * es;
+  const std::int64_t seq = shape.seq();
+  const std::int64_t tensor = seq * shape.heads * kHeadDim * es;
   const std::int64_t weight = kHeadDim * es;
   const std::int64_t tables = 2 * seq * (kHeadDim / 2) * 4;
   switch (op) {
@@ -169,8 +143,10 @@ void select(const Path& path, int threads) {
 // Inputs and outputs of one (shape, dtype), kept while consecutive cases share them.
 
 struct Workspace {
-  int shape = -1;
+  int shape = -1;  // its index in issue_shapes()
   DType dtype = DType::F32;
+  std::int64_t heads = 0;
+  std::int64_t text_len = 0;
   std::int64_t seq = 0;
   Buffer q, k, dq_out, dk_out;  // inputs, [1, S, H, D]
   Buffer out_q, out_k;          // outputs
@@ -180,25 +156,10 @@ struct Workspace {
   RopeTables tables;
 };
 
-// Uniform values in [lo, hi), stored in dtype dt.
-void fill_random(Buffer& b, DType dt, std::uint64_t seed, float lo, float hi) {
-  SplitMix64 random(seed);
-  const std::size_t n = b.size() / dtype_size(dt);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float u = static_cast<float>(random.next() >> 40) * 0x1.0p-24f;
-    const float v = lo + (hi - lo) * u;
-    switch (dt) {
-      case DType::F32:
-        reinterpret_cast<float*>(b.data())[i] = v;
-        break;
-      case DType::BF16:
-        reinterpret_cast<std::uint16_t*>(b.data())[i] = contract::f32_to_bf16(v);
-        break;
-      case DType::F16:
-        reinterpret_cast<std::uint16_t*>(b.data())[i] = contract::f32_to_f16(v);
-        break;
-    }
-  }
+// Uniform values in [lo, lo + width), stored in dtype dt.
+void fill_random(Buffer& b, DType dt, std::uint64_t seed, float lo, float width) {
+  cases::Random random(seed);
+  cases::fill_uniform(random, dt, {reinterpret_cast<std::byte*>(b.data()), b.size()}, lo, width);
 }
 
 Workspace& workspace(int shape, DType dt) {
@@ -208,30 +169,33 @@ Workspace& workspace(int shape, DType dt) {
   auto w = std::make_unique<Workspace>();
   w->shape = shape;
   w->dtype = dt;
-  const PositionRequest request = position_request(shapes()[static_cast<std::size_t>(shape)]);
-  const std::vector<Position> positions = build_positions(request);
-  w->seq = static_cast<std::int64_t>(positions.size());
-  w->tables = build_rope_tables(positions.front().data(), w->seq);
-  const auto tensor_bytes = static_cast<std::size_t>(w->seq * kHeads * kHeadDim) * dtype_size(dt);
+  const cases::Shape& s = issue_shapes()[static_cast<std::size_t>(shape)];
+  w->heads = s.heads;
+  w->text_len = s.text_len;
+  cases::ShapeTables tables = cases::shape_tables(s);
+  w->seq = tables.seq;
+  w->tables = std::move(tables.tables);
+  const auto tensor_bytes = static_cast<std::size_t>(w->seq * w->heads * kHeadDim) * dtype_size(dt);
   std::uint64_t seed = 20240917;
   for (Buffer* b : {&w->q, &w->k, &w->dq_out, &w->dk_out}) {
     *b = Buffer(tensor_bytes);
-    fill_random(*b, dt, seed++, -2.0f, 2.0f);
+    fill_random(*b, dt, seed++, -2.0f, 4.0f);
   }
   for (Buffer* b : {&w->out_q, &w->out_k, &w->tmp_q, &w->tmp_k}) *b = Buffer(tensor_bytes);
   for (int i = 0; i < 4; ++i) {
     w->weight[i] = Buffer(static_cast<std::size_t>(kHeadDim) * dtype_size(dt));
-    fill_random(w->weight[i], dt, seed++, 0.5f, 1.5f);
+    fill_random(w->weight[i], dt, seed++, 0.5f, 1.0f);
     w->dweight[i] = Buffer(static_cast<std::size_t>(kHeadDim) * dtype_size(dt));
   }
   ws = std::move(w);
   return *ws;
 }
 
-// [1, len, H, D] view of sequence positions [start, start + len) of a buffer.
-TensorView seq_view(const Buffer& b, DType dt, std::int64_t start, std::int64_t len) {
-  auto* base = b.data() + static_cast<std::size_t>(start * kHeads * kHeadDim) * dtype_size(dt);
-  return TensorView::contiguous(base, dt, {1, len, kHeads, kHeadDim});
+// [1, len, H, D] view of sequence positions [start, start + len) of a buffer of H heads.
+TensorView seq_view(const Buffer& b, DType dt, std::int64_t heads, std::int64_t start,
+                    std::int64_t len) {
+  auto* base = b.data() + static_cast<std::size_t>(start * heads * kHeadDim) * dtype_size(dt);
+  return TensorView::contiguous(base, dt, {1, len, heads, kHeadDim});
 }
 
 TensorView vec_view(const Buffer& b, DType dt) {
@@ -242,18 +206,19 @@ TensorView vec_view(const Buffer& b, DType dt) {
 std::function<void()> make_call(Op op, Workspace& w) {
   const DType dt = w.dtype;
   const std::int64_t s = w.seq;
-  const std::int64_t t = kTextLen;
+  const std::int64_t t = w.text_len;
+  const std::int64_t h = w.heads;
   const ConstTensorView cos =
       ConstTensorView::contiguous(w.tables.cos.data(), DType::F32, {s, kHeadDim / 2});
   const ConstTensorView sin =
       ConstTensorView::contiguous(w.tables.sin.data(), DType::F32, {s, kHeadDim / 2});
   // k, dk_out and out_k serve the fused cases only.
-  const TensorView q = seq_view(w.q, dt, 0, s);
-  [[maybe_unused]] const TensorView k = seq_view(w.k, dt, 0, s);
-  const TensorView dq_out = seq_view(w.dq_out, dt, 0, s);
-  [[maybe_unused]] const TensorView dk_out = seq_view(w.dk_out, dt, 0, s);
-  const TensorView out_q = seq_view(w.out_q, dt, 0, s);
-  [[maybe_unused]] const TensorView out_k = seq_view(w.out_k, dt, 0, s);
+  const TensorView q = seq_view(w.q, dt, h, 0, s);
+  [[maybe_unused]] const TensorView k = seq_view(w.k, dt, h, 0, s);
+  const TensorView dq_out = seq_view(w.dq_out, dt, h, 0, s);
+  [[maybe_unused]] const TensorView dk_out = seq_view(w.dk_out, dt, h, 0, s);
+  const TensorView out_q = seq_view(w.out_q, dt, h, 0, s);
+  [[maybe_unused]] const TensorView out_k = seq_view(w.out_k, dt, h, 0, s);
   std::optional<ConstTensorView> wt[4];
   std::optional<TensorView> dwt[4];
   for (int i = 0; i < 4; ++i) {
@@ -284,23 +249,23 @@ std::function<void()> make_call(Op op, Workspace& w) {
     case Op::UnfusedFwd:
       return [=] {
         for (const Stream& st : streams) {
-          qk_rmsnorm_forward(seq_view(*st.x, dt, 0, t), wt[st.text_w], seq_view(*st.tmp, dt, 0, t),
-                             norm);
-          qk_rmsnorm_forward(seq_view(*st.x, dt, t, s - t), wt[st.image_w],
-                             seq_view(*st.tmp, dt, t, s - t), norm);
-          multi_axis_rope_forward(seq_view(*st.tmp, dt, 0, s), cos, sin,
-                                  seq_view(*st.out, dt, 0, s), rope);
+          qk_rmsnorm_forward(seq_view(*st.x, dt, h, 0, t), wt[st.text_w],
+                             seq_view(*st.tmp, dt, h, 0, t), norm);
+          qk_rmsnorm_forward(seq_view(*st.x, dt, h, t, s - t), wt[st.image_w],
+                             seq_view(*st.tmp, dt, h, t, s - t), norm);
+          multi_axis_rope_forward(seq_view(*st.tmp, dt, h, 0, s), cos, sin,
+                                  seq_view(*st.out, dt, h, 0, s), rope);
         }
       };
     case Op::UnfusedBwd:
       return [=] {
         for (const Stream& st : streams) {
-          multi_axis_rope_backward(seq_view(*st.dy, dt, 0, s), cos, sin,
-                                   seq_view(*st.tmp, dt, 0, s), rope);
-          qk_rmsnorm_backward(seq_view(*st.x, dt, 0, t), seq_view(*st.tmp, dt, 0, t), wt[st.text_w],
-                              seq_view(*st.out, dt, 0, t), dwt[st.text_w], norm);
-          qk_rmsnorm_backward(seq_view(*st.x, dt, t, s - t), seq_view(*st.tmp, dt, t, s - t),
-                              wt[st.image_w], seq_view(*st.out, dt, t, s - t), dwt[st.image_w],
+          multi_axis_rope_backward(seq_view(*st.dy, dt, h, 0, s), cos, sin,
+                                   seq_view(*st.tmp, dt, h, 0, s), rope);
+          qk_rmsnorm_backward(seq_view(*st.x, dt, h, 0, t), seq_view(*st.tmp, dt, h, 0, t),
+                              wt[st.text_w], seq_view(*st.out, dt, h, 0, t), dwt[st.text_w], norm);
+          qk_rmsnorm_backward(seq_view(*st.x, dt, h, t, s - t), seq_view(*st.tmp, dt, h, t, s - t),
+                              wt[st.image_w], seq_view(*st.out, dt, h, t, s - t), dwt[st.image_w],
                               norm);
         }
       };
@@ -361,7 +326,7 @@ void run_op(benchmark::State& state, Op op, int shape, DType dt, const Path& pat
   std::int64_t bytes = 0;
   try {
     Workspace& w = workspace(shape, dt);
-    bytes = op_bytes(op, w.seq, dt);
+    bytes = op_bytes(op, issue_shapes()[static_cast<std::size_t>(shape)], dt);
     // The copy baseline first, so that it runs before this case's threads spin up.
     attach_copy_counters(state, bytes, threads);
     select(path, threads);
@@ -397,15 +362,14 @@ void register_all() {
   const std::vector<int> threads = thread_counts();
   const Op ops[] = {Op::RmsNormFwd, Op::RmsNormBwd, Op::RopeFwd,  Op::RopeBwd,
                     Op::FusedFwd,   Op::UnfusedFwd, Op::FusedBwd, Op::UnfusedBwd};
-  for (int si = 0; si < static_cast<int>(shapes().size()); ++si) {
-    const Shape& shape = shapes()[static_cast<std::size_t>(si)];
-    const std::int64_t seq = sequence_length(position_request(shape));
+  for (int si = 0; si < static_cast<int>(issue_shapes().size()); ++si) {
+    const cases::Shape& shape = issue_shapes()[static_cast<std::size_t>(si)];
     for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
       const std::string tail = std::string("/") + dtype_name(dt) + "/" + shape.name + "/";
       // Copy baselines at the fused forward's byte count, as cases of their own.
       for (const CopyKind kind : {CopyKind::Memcpy, CopyKind::NonTemporal}) {
         for (const int n : threads) {
-          const std::int64_t bytes = op_bytes(Op::FusedFwd, seq, dt);
+          const std::int64_t bytes = op_bytes(Op::FusedFwd, shape, dt);
           benchmark::RegisterBenchmark(
               (std::string("copy_") + copy_kind_name(kind) + tail +
                "copy/threads:" + std::to_string(n))
@@ -432,9 +396,11 @@ void register_all() {
 }
 
 void add_context() {
-  benchmark::AddCustomContext("kernel_align.heads", std::to_string(kHeads));
-  benchmark::AddCustomContext("kernel_align.head_dim", std::to_string(kHeadDim));
-  benchmark::AddCustomContext("kernel_align.text_len", std::to_string(kTextLen));
+  std::string shapes;
+  for (const cases::Shape& s : issue_shapes()) {
+    shapes += (shapes.empty() ? "[" : ", ") + cases::shape_json(s);
+  }
+  benchmark::AddCustomContext("kernel_align.shapes", shapes + "]");
   benchmark::AddCustomContext("kernel_align.math",
                               "diffusers: NormMode::Diffusers with weights, interleaved "
                               "pairs, BSHD, positions and tables of the diffusers layout");

@@ -11,8 +11,10 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "cases/shapes.hpp"
 #include "cli_args.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/version.hpp"
@@ -37,11 +39,13 @@ constexpr std::array<FlagSpec, 8> kRunFlags{{{"--image", true},
                                              {"--seed"},
                                              {"--batch"},
                                              {"--trace"}}};
-constexpr int kHeadDim = 128;  // Qwen-Image; the sum of the default axes 16 + 56 + 56
+using cases::kHeadDim;
+// The shape the job runs when no flag says otherwise.
+constexpr std::string_view kDefaultShape = "t2i_1328x1328";
 
 struct JobConfig {
   PositionRequest positions;
-  std::int64_t heads = 24;
+  std::int64_t heads = 0;
   DType dtype = DType::BF16;
   std::uint64_t seed = 42;
   std::int64_t batch = 4;  // the batch the invariance check puts the sample into
@@ -54,12 +58,16 @@ JobConfig parse_config(const std::vector<std::string>& tokens) {
   c.positions.layout = parse_choice<PositionLayout>(
       "--layout", args.optional("--layout").value_or("diffusers"),
       {{"diffusers", PositionLayout::Diffusers}, {"seed", PositionLayout::Seed}});
-  std::vector<std::string> images = args.all("--image");
-  if (images.empty()) images = {"1328x1328"};
-  for (const std::string& image : images) c.positions.images.push_back(parse_image(image));
+  const cases::Shape& defaults = cases::issue_shape(kDefaultShape);
+  for (const std::string& image : args.all("--image")) {
+    c.positions.images.push_back(parse_image(image));
+  }
+  if (c.positions.images.empty()) c.positions.images = defaults.images;
+  const auto text_len = args.optional("--text-len");
   c.positions.text_len =
-      parse_int<std::int64_t>("--text-len", args.optional("--text-len").value_or("256"));
-  c.heads = parse_int<std::int64_t>("--heads", args.optional("--heads").value_or("24"));
+      text_len ? parse_int<std::int64_t>("--text-len", *text_len) : defaults.text_len;
+  const auto heads = args.optional("--heads");
+  c.heads = heads ? parse_int<std::int64_t>("--heads", *heads) : defaults.heads;
   if (c.heads < 1) throw Error("--heads", "a head count >= 1", std::to_string(c.heads));
   c.dtype = parse_dtype("--dtype", args.optional("--dtype").value_or("bf16"));
   c.seed = parse_int<std::uint64_t>("--seed", args.optional("--seed").value_or("42"));

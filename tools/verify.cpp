@@ -24,6 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "cases/bytes.hpp"
+#include "cases/configs.hpp"
+#include "cases/inputs.hpp"
+#include "cases/shapes.hpp"
 #include "cli_args.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
@@ -33,14 +37,22 @@
 #include "kernel_align/runtime.hpp"
 #include "kernel_align/tables.hpp"
 #include "messages.hpp"
+#include "npy.hpp"
 #include "output_files.hpp"
-#include "random_inputs.hpp"
 #include "tensor_io.hpp"
 
 namespace kernel_align::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using cases::byte_difference;
+using cases::Config;
+using cases::config_words;
+using cases::kHeadDim;
+using cases::Random;
+using cases::seed_of;
+using cases::Shape;
+using cases::ShapeTables;
 
 constexpr std::array<FlagSpec, 3> kVerifyFlags{
     {{"--quick"}, {"--shape", true}, file_flag("--json")}};
@@ -48,91 +60,10 @@ constexpr std::string_view kQuickFlag = "--quick";
 constexpr std::string_view kReferenceBackend = "reference";
 // The only backend with ISA paths to choose from (set_isa).
 constexpr std::string_view kSimdBackend = "simd";
-constexpr int kHeadDim = 128;  // Qwen-Image; the sum of the default axes 16 + 56 + 56
 constexpr std::int64_t kBatch = 2;
 constexpr std::int64_t kSampleSlot = 1;                 // the sample's place in the batch of kBatch
 constexpr float kInputLow = -4.0f, kInputWidth = 8.0f;  // activations, gradients
 constexpr float kWeightLow = 0.5f, kWeightWidth = 1.0f;  // near 1, as trained norm weights are
-
-struct Shape {
-  std::string name;
-  std::int64_t heads = 0;
-  std::int64_t text_len = 0;
-  std::vector<ImageGrid> images;
-};
-
-// The issue's shapes: the three text-to-image resolutions and the Edit pipeline's
-// target plus one reference image.
-std::vector<Shape> issue_shapes() {
-  const ImageGrid square = ImageGrid::from_pixels(1024, 1024);  // 64 x 64 tokens
-  return {{"t2i_1024x1024", 24, 256, {square}},
-          {"t2i_1328x1328", 24, 256, {ImageGrid::from_pixels(1328, 1328)}},  // 83 x 83
-          {"t2i_1664x928", 24, 256, {ImageGrid::from_pixels(1664, 928)}},    // 104 wide, 58 high
-          {"edit_1024x1024+ref1024x1024", 24, 256, {square, square}}};
-}
-
-// --quick: the same kinds of grid (even square, odd square, wide, two images) small
-// enough for CI. 8 heads, not fewer: the image rows then fill 3 threads, which the
-// CPU backend only starts for 16384 elements each.
-std::vector<Shape> quick_shapes() {
-  const ImageGrid square = ImageGrid::from_pixels(128, 128);  // 8 x 8 tokens
-  return {{"t2i_128x128", 8, 16, {square}},
-          {"t2i_144x144", 8, 16, {ImageGrid::from_pixels(144, 144)}},  // 9 x 9
-          {"t2i_192x112", 8, 16, {ImageGrid::from_pixels(192, 112)}},  // 12 wide, 7 high
-          {"edit_128x128+ref128x128", 8, 16, {square, square}}};
-}
-
-// One configuration of an op; pairing, mode and layout are set where the op has them.
-struct Config {
-  OpType op = OpType::QkRmsNorm;
-  Direction direction = Direction::Forward;
-  DType dtype = DType::F32;
-  std::optional<Pairing> pairing;
-  std::optional<NormMode> mode;
-  std::optional<Layout> layout;
-  std::size_t row = 0;  // its table row: the index of (op, direction, dtype)
-};
-
-// "qk_norm_rope backward bf16 half diffusers bhsd"
-std::string config_words(const Config& c) {
-  std::string words = std::string(op_type_name(c.op)) + " " + direction_name(c.direction) + " " +
-                      dtype_name(c.dtype);
-  if (c.pairing) words += std::string(" ") + pairing_name(*c.pairing);
-  if (c.mode) words += std::string(" ") + norm_mode_name(*c.mode);
-  if (c.layout) words += std::string(" ") + layout_name(*c.layout);
-  return words;
-}
-
-// Every configuration, grouped by table row (op, direction, dtype).
-std::vector<Config> all_configs() {
-  std::vector<Config> configs;
-  std::size_t row = 0;
-  for (const OpType op : {OpType::QkRmsNorm, OpType::MultiAxisRope, OpType::QkNormRope}) {
-    using Modes = std::vector<std::optional<NormMode>>;
-    using Pairings = std::vector<std::optional<Pairing>>;
-    using Layouts = std::vector<std::optional<Layout>>;
-    const Modes modes = op == OpType::MultiAxisRope ? Modes{std::nullopt}
-                                                    : Modes{NormMode::Single, NormMode::Diffusers};
-    const Pairings pairings = op == OpType::QkRmsNorm
-                                  ? Pairings{std::nullopt}
-                                  : Pairings{Pairing::Half, Pairing::Interleaved};
-    const Layouts layouts =
-        op == OpType::QkRmsNorm ? Layouts{std::nullopt} : Layouts{Layout::BSHD, Layout::BHSD};
-    for (const Direction direction : {Direction::Forward, Direction::Backward}) {
-      for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-        for (const auto& pairing : pairings) {
-          for (const auto& mode : modes) {
-            for (const auto& layout : layouts) {
-              configs.push_back({op, direction, dtype, pairing, mode, layout, row});
-            }
-          }
-        }
-        ++row;
-      }
-    }
-  }
-  return configs;
-}
 
 // A backend as verify runs it: simd once per ISA path, any other backend as it is.
 struct Variant {
@@ -200,43 +131,10 @@ ThreadCounts thread_counts() {
   return counts;
 }
 
-// The positions and cos/sin tables of a shape (diffusers layout).
-struct ShapeTables {
-  std::int64_t seq = 0;
-  RopeTables tables;
-
-  ConstTensorView cos() const {
-    return ConstTensorView::contiguous(tables.cos.data(), DType::F32, {seq, tables.columns});
-  }
-  ConstTensorView sin() const {
-    return ConstTensorView::contiguous(tables.sin.data(), DType::F32, {seq, tables.columns});
-  }
-};
-
-ShapeTables shape_tables(const Shape& shape) {
-  PositionRequest request;
-  request.layout = PositionLayout::Diffusers;
-  request.text_len = shape.text_len;
-  request.images = shape.images;
-  const std::vector<Position> positions = build_positions(request);
-  const auto seq = static_cast<std::int64_t>(positions.size());
-  return {seq, build_rope_tables(positions.front().data(), seq)};
-}
-
-// 64-bit FNV-1a: a configuration's seed from its name, so that its inputs do not
-// depend on which other configurations run (--shape).
-std::uint64_t seed_of(std::string_view name) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const char c : name) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 // One configuration at one shape with its inputs: every activation or gradient is a
 // batch of kBatch whose element kSampleSlot is the sample the checks follow (element 0
-// holds other random data).
+// holds other random data). One Case serves every configuration of a shape in turn,
+// each filling the arrays the previous one left (reused_array).
 struct Case {
   const Config* config = nullptr;
   const Shape* shape = nullptr;
@@ -248,8 +146,21 @@ struct Case {
   std::vector<NpyArray> weights;
 };
 
-Case make_case(const Config& config, const Shape& shape, const ShapeTables& tables) {
-  Case c{&config, &shape, &tables, {}, {}};
+// `array` as an array of `type` and `shape`, in the storage it had: a new allocation
+// only when it grows. The full matrix spent a third of its time in the page faults of
+// fresh arrays when every case and call allocated its own.
+NpyArray& reused_array(NpyArray& array, NpyType type, std::vector<std::int64_t> shape) {
+  array.type = type;
+  array.shape = std::move(shape);
+  array.data.resize(static_cast<std::size_t>(array.numel()) * npy_type_size(type));
+  return array;
+}
+
+// `c` as the case of `config` at `shape`: its seeded inputs in c's arrays.
+void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTables& tables) {
+  c.config = &config;
+  c.shape = &shape;
+  c.tables = &tables;
   Random random(seed_of(config_words(config) + " " + shape.name));
   const bool bhsd = config.layout == Layout::BHSD;
   const std::vector<std::int64_t> batch_shape =
@@ -270,13 +181,17 @@ Case make_case(const Config& config, const Shape& shape, const ShapeTables& tabl
       weights = 4;
       break;
   }
-  for (std::size_t i = 0; i < tensors; ++i) {
-    c.batched.push_back(random_tensor(random, config.dtype, batch_shape, kInputLow, kInputWidth));
+  const NpyType type = npy_type_of(config.dtype);
+  c.batched.resize(tensors);
+  for (NpyArray& a : c.batched) {
+    cases::fill_uniform(random, config.dtype, reused_array(a, type, batch_shape).data, kInputLow,
+                        kInputWidth);
   }
-  for (std::size_t i = 0; i < weights; ++i) {
-    c.weights.push_back(random_tensor(random, config.dtype, {kHeadDim}, kWeightLow, kWeightWidth));
+  c.weights.resize(weights);
+  for (NpyArray& a : c.weights) {
+    cases::fill_uniform(random, config.dtype, reused_array(a, type, {kHeadDim}).data, kWeightLow,
+                        kWeightWidth);
   }
-  return c;
 }
 
 struct Output {
@@ -286,23 +201,31 @@ struct Output {
 };
 using Outputs = std::vector<Output>;
 
-// Calls the op of `c` on the sample alone, or on the whole batch.
-Outputs compute(const Case& c, bool whole_batch) {
+// Calls the op of `c` on the sample alone, or on the whole batch, into `outputs`: each
+// zero-filled first, as a new array is, in the storage it had (reused_array).
+void compute(const Case& c, bool whole_batch, Outputs& outputs) {
   const Config& config = *c.config;
   const auto input = [&](std::size_t i) {
     const ConstTensorView all = const_view(c.batched[i]);
     return whole_batch ? all : narrow(all, 0, kSampleSlot, kSampleSlot + 1);
   };
   const auto weight = [&](std::size_t i) { return const_view(c.weights[i]); };
-  Outputs outputs;
+  std::size_t count = 0;
+  const auto add = [&](const char* name, NpyType type, std::vector<std::int64_t> shape,
+                       bool per_sample) {
+    if (outputs.size() == count) outputs.emplace_back();
+    Output& o = outputs[count++];
+    o.name = name;
+    o.per_sample = per_sample;
+    NpyArray& a = reused_array(o.array, type, std::move(shape));
+    std::fill(a.data.begin(), a.data.end(), std::byte{0});
+  };
   const auto add_like_input = [&](const char* name) {
     std::vector<std::int64_t> shape = c.batched[0].shape;
     shape[0] = whole_batch ? kBatch : 1;
-    outputs.push_back({name, make_npy_array(c.batched[0].type, std::move(shape)), true});
+    add(name, c.batched[0].type, std::move(shape), true);
   };
-  const auto add_dw = [&](const char* name) {
-    outputs.push_back({name, make_npy_array(c.weights[0].type, {kHeadDim}), false});
-  };
+  const auto add_dw = [&](const char* name) { add(name, c.weights[0].type, {kHeadDim}, false); };
   const auto out = [&](std::size_t i) { return mutable_view(outputs[i].array); };
   const bool forward = config.direction == Direction::Forward;
 
@@ -354,14 +277,14 @@ Outputs compute(const Case& c, bool whole_batch) {
       break;
     }
   }
-  return outputs;
+  outputs.resize(count);
 }
 
 // Runs `c` on `backend` (and, when set, ISA path `isa`); throws when the call ran
 // anywhere else, so that no fallback passes for the backend under test.
-Outputs compute_on(const std::string& backend, std::optional<Isa> isa, const Case& c,
-                   bool whole_batch) {
-  Outputs outputs = compute(c, whole_batch);
+void compute_on(const std::string& backend, std::optional<Isa> isa, const Case& c, bool whole_batch,
+                Outputs& outputs) {
+  compute(c, whole_batch, outputs);
   const CallReport call = last_call();
   if (call.backend != backend) {
     throw std::runtime_error("the call ran on " + call.backend + ", not " + backend +
@@ -370,48 +293,6 @@ Outputs compute_on(const std::string& backend, std::optional<Isa> isa, const Cas
   if (isa && call.isa != isa_name(*isa)) {
     throw std::runtime_error("the call ran on isa " + call.isa + ", not " + isa_name(*isa));
   }
-  return outputs;
-}
-
-std::uint32_t element_bits(std::span<const std::byte> bytes, std::size_t element,
-                           std::size_t size) {
-  std::uint32_t bits = 0;
-  if (size == 4) {
-    std::memcpy(&bits, bytes.data() + element * size, 4);
-  } else {
-    std::uint16_t half = 0;
-    std::memcpy(&half, bytes.data() + element * size, 2);
-    bits = half;
-  }
-  return bits;
-}
-
-std::string hex(std::uint32_t bits, std::size_t size) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%0*x", static_cast<int>(2 * size), bits);
-  return text;
-}
-
-// "" when the bytes are equal, else which elements differ: "q_out: 3 of 81920
-// elements differ, first at element 17: expected 0x3f80, found 0x3f81".
-std::string byte_difference(const std::string& name, std::size_t element_size,
-                            std::span<const std::byte> expected, std::span<const std::byte> found) {
-  if (expected.size() != found.size()) {
-    return name + ": " + std::to_string(expected.size()) + " bytes expected, " +
-           std::to_string(found.size()) + " found";
-  }
-  if (std::memcmp(expected.data(), found.data(), expected.size()) == 0) return "";
-  const std::size_t elements = expected.size() / element_size;
-  std::size_t differing = 0;
-  std::size_t first = 0;
-  for (std::size_t i = 0; i < elements; ++i) {
-    if (element_bits(expected, i, element_size) == element_bits(found, i, element_size)) continue;
-    if (differing++ == 0) first = i;
-  }
-  return name + ": " + std::to_string(differing) + " of " + std::to_string(elements) +
-         " elements differ, first at element " + std::to_string(first) + ": expected " +
-         hex(element_bits(expected, first, element_size), element_size) + ", found " +
-         hex(element_bits(found, first, element_size), element_size);
 }
 
 // "" when every output has the expected bytes, else the differences ("; "-joined).
@@ -466,52 +347,56 @@ std::string attempt(const std::function<std::string()>& check) {
   }
 }
 
-// The expected bytes of a case, computed once and shared by every variant.
-struct Expected {
-  Outputs outputs;
-  std::string error;  // why the reference could not give them, "" when it did
+// The outputs of the calls of a case, reused from case to case of a shape.
+struct CaseOutputs {
+  Outputs expected;            // the reference backend's, shared by every variant
+  std::string expected_error;  // why the reference could not give them, "" when it did
+  Outputs sample;              // the variant's, on the sample alone with the main thread count
+  Outputs other;               // the variant's on the batch, or with another thread count
 };
 
-Expected reference_result(const Case& c) {
-  Expected expected;
-  expected.error = attempt([&] {
+void compute_expected(const Case& c, CaseOutputs& outputs) {
+  outputs.expected_error = attempt([&] {
     set_backend(kReferenceBackend);
-    expected.outputs = compute_on(std::string(kReferenceBackend), std::nullopt, c, false);
+    compute_on(std::string(kReferenceBackend), std::nullopt, c, false, outputs.expected);
     return std::string();
   });
-  return expected;
 }
 
 // The three checks of one variant on one case.
-void verify_cell(const Variant& variant, const Case& c, const Expected& expected,
-                 const ThreadCounts& threads, Cell& cell) {
-  const auto run = [&](int thread_count, bool whole_batch) {
+void verify_cell(const Variant& variant, const Case& c, const ThreadCounts& threads,
+                 CaseOutputs& outputs, Cell& cell) {
+  const auto run = [&](int thread_count, bool whole_batch, Outputs& into) -> const Outputs& {
     set_backend(variant.backend);
     if (variant.isa) set_isa(*variant.isa);
     set_num_threads(thread_count);
-    return compute_on(variant.backend, variant.isa, c, whole_batch);
+    compute_on(variant.backend, variant.isa, c, whole_batch, into);
+    return into;
   };
-  std::optional<Outputs> sample;
+  bool sample_ran = false;
   cell.failures[kReferenceCheck] = attempt([&] {
-    sample = run(threads.main, false);
-    if (!expected.error.empty()) return "the reference backend failed: " + expected.error;
-    return outputs_difference(expected.outputs, *sample);
+    run(threads.main, false, outputs.sample);
+    sample_ran = true;
+    if (!outputs.expected_error.empty()) {
+      return "the reference backend failed: " + outputs.expected_error;
+    }
+    return outputs_difference(outputs.expected, outputs.sample);
   });
-  if (!sample) {
+  if (!sample_ran) {
     const std::string not_run = "not run: the sample's call failed";
     cell.failures[kBatchCheck] = not_run;
     cell.failures[kThreadsCheck] = not_run;
     return;
   }
   cell.failures[kBatchCheck] = attempt([&] {
-    const std::string d = batch_difference(*sample, run(threads.main, true));
+    const std::string d = batch_difference(outputs.sample, run(threads.main, true, outputs.other));
     return d.empty() ? d
                      : "element " + std::to_string(kSampleSlot) + " of a batch of " +
                            std::to_string(kBatch) + " vs alone: " + d;
   });
   cell.failures[kThreadsCheck] = attempt([&] {
     for (const int n : threads.others) {
-      const std::string d = outputs_difference(*sample, run(n, false));
+      const std::string d = outputs_difference(outputs.sample, run(n, false, outputs.other));
       if (!d.empty()) {
         return thread_words(n) + " vs " + thread_words(threads.main) + ": " + d;
       }
@@ -588,7 +473,7 @@ Options parse_options(const std::vector<std::string>& tokens) {
   if (const auto value = args.optional("--quick")) {
     throw Error("--quick", "no value", single_quoted(*value));
   }
-  const std::vector<Shape> known = options.quick ? quick_shapes() : issue_shapes();
+  const std::vector<Shape>& known = options.quick ? cases::quick_shapes() : cases::issue_shapes();
   const std::vector<std::string> asked = args.all("--shape");
   for (const Shape& s : known) {
     if (asked.empty() || std::find(asked.begin(), asked.end(), s.name) != asked.end()) {
@@ -665,15 +550,7 @@ std::string json_document(const Matrix& m) {
   j << "{\n  \"contract\": " << quoted(contract::kVersionString)
     << ",\n  \"quick\": " << (m.options->quick ? "true" : "false") << ",\n  \"shapes\": [";
   for (std::size_t s = 0; s < m.options->shapes.size(); ++s) {
-    const Shape& shape = m.options->shapes[s];
-    j << (s == 0 ? "\n" : ",\n") << "    {\"name\": " << quoted(shape.name)
-      << ", \"batch\": 1, \"heads\": " << shape.heads << ", \"head_dim\": " << kHeadDim
-      << ", \"text_len\": " << shape.text_len << ", \"images\": [";
-    for (std::size_t i = 0; i < shape.images.size(); ++i) {
-      j << (i == 0 ? "" : ", ") << "{\"height\": " << shape.images[i].height
-        << ", \"width\": " << shape.images[i].width << "}";
-    }
-    j << "]}";
+    j << (s == 0 ? "\n" : ",\n") << "    " << cases::shape_json(m.options->shapes[s]);
   }
   j << "\n  ],\n  \"threads\": [" << m.threads.main;
   for (const int n : m.threads.others) j << ", " << n;
@@ -781,7 +658,7 @@ int run_verify(const std::vector<std::string>& args, std::ostream& out, std::ost
   Matrix m;
   m.options = &options;
   m.backends = backends_to_verify();
-  m.configs = all_configs();
+  m.configs = cases::all_configs();
   m.threads = thread_counts();
 
   std::string labels;
@@ -809,14 +686,16 @@ int run_verify(const std::vector<std::string>& args, std::ostream& out, std::ost
   Progress bar(progress, progress_is_terminal,
                m.backends.variants.size() * m.configs.size() * options.shapes.size());
   for (std::size_t s = 0; s < options.shapes.size(); ++s) {
-    const ShapeTables tables = shape_tables(options.shapes[s]);
+    const ShapeTables tables = cases::shape_tables(options.shapes[s]);
+    Case one_case;
+    CaseOutputs outputs;
     for (std::size_t c = 0; c < m.configs.size(); ++c) {
-      const Case one_case = make_case(m.configs[c], options.shapes[s], tables);
-      const Expected expected = reference_result(one_case);
+      set_case(one_case, m.configs[c], options.shapes[s], tables);
+      compute_expected(one_case, outputs);
       for (std::size_t v = 0; v < m.backends.variants.size(); ++v) {
         Cell& cell = m.cells.emplace_back(Cell{v, c, s, {}});
         bar.step(cell_words(m, cell));
-        verify_cell(m.backends.variants[v], one_case, expected, m.threads, cell);
+        verify_cell(m.backends.variants[v], one_case, m.threads, outputs, cell);
       }
     }
   }

@@ -1,76 +1,45 @@
-// The three image sizes of the issue as Qwen-Image runs them (B = 1, 256 text
-// tokens + the image's, 24 heads of 128, bf16, diffusers positions and tables,
-// diffusers norm mode, interleaved pairs, BSHD): the CPU backend on its best path
-// with every core gives the reference's bytes for the fused forward and backward
-// (all four weight gradients) and for the unfused qk_rmsnorm + multi_axis_rope.
+// The issue's text-to-image shapes (src/cases/shapes.hpp) as Qwen-Image runs them (B = 1,
+// text tokens + the image's, bf16, diffusers positions and tables, diffusers norm mode,
+// interleaved pairs, BSHD): the CPU backend on its best path with every core gives the
+// reference's bytes for the fused forward and backward (all four weight gradients) and
+// for the unfused qk_rmsnorm + multi_axis_rope.
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cases/shapes.hpp"
 #include "kernel_align/ops.hpp"
-#include "kernel_align/positions.hpp"
 #include "kernel_align/runtime.hpp"
-#include "kernel_align/tables.hpp"
 #include "support/buffers.hpp"
+#include "support/issue_shapes.hpp"
 #include "support/op_cases.hpp"
 #include "support/runtime_guard.hpp"
 
 namespace kernel_align {
 namespace {
 
+using cases::kHeadDim;
 using test::HostTensor;
 using test::Outputs;
-
-struct IssueShape {
-  const char* name;
-  std::int64_t width_px;
-  std::int64_t height_px;
-  std::int64_t image_tokens;
-};
-
-void PrintTo(const IssueShape& s, std::ostream* os) {
-  *os << s.name;
-}
-
-constexpr std::int64_t kTextTokens = 256;
-constexpr std::int64_t kHeads = 24;
-constexpr std::int64_t kHeadDim = 128;
 
 test::RunConfig best_cpu() {
   const unsigned cores = std::thread::hardware_concurrency();
   return test::RunConfig::cpu(best_isa(), cores == 0 ? 1 : static_cast<int>(cores));
 }
 
-class IssueShapes : public ::testing::TestWithParam<IssueShape> {
+class IssueShapes : public ::testing::TestWithParam<cases::Shape> {
  protected:
   void SetUp() override {
-    const IssueShape shape = GetParam();
-    PositionRequest request;
-    request.layout = PositionLayout::Diffusers;
-    request.text_len = kTextTokens;
-    request.images = {ImageGrid::from_pixels(shape.width_px, shape.height_px)};
-    seq = sequence_length(request);
-    ASSERT_EQ(seq, kTextTokens + shape.image_tokens);
-    std::vector<std::int32_t> positions;
-    for (const Position& p : build_positions(request)) {
-      positions.insert(positions.end(), p.begin(), p.end());
-    }
-    tables = build_rope_tables(positions.data(), seq);
-    ASSERT_EQ(tables.rows, seq);
-    ASSERT_EQ(tables.columns, kHeadDim / 2);
+    tables = cases::shape_tables(GetParam());
+    ASSERT_EQ(tables.tables.columns, kHeadDim / 2);
   }
 
-  ConstTensorView cos() const {
-    return ConstTensorView::contiguous(tables.cos.data(), DType::F32, {seq, kHeadDim / 2});
-  }
-  ConstTensorView sin() const {
-    return ConstTensorView::contiguous(tables.sin.data(), DType::F32, {seq, kHeadDim / 2});
-  }
-  std::vector<std::int64_t> shape() const { return {1, seq, kHeads, kHeadDim}; }
+  ConstTensorView cos() const { return tables.cos(); }
+  ConstTensorView sin() const { return tables.sin(); }
+  std::vector<std::int64_t> shape() const { return {1, tables.seq, GetParam().heads, kHeadDim}; }
 
   // `run` under the reference and under the best CPU configuration: same bytes.
   template <class Run>
@@ -82,8 +51,7 @@ class IssueShapes : public ::testing::TestWithParam<IssueShape> {
     EXPECT_TRUE(test::same_bytes(expected, run())) << best_cpu().name();
   }
 
-  std::int64_t seq = 0;
-  RopeTables tables;
+  cases::ShapeTables tables;
 };
 
 TEST_P(IssueShapes, FusedForwardAndBackward) {
@@ -94,7 +62,7 @@ TEST_P(IssueShapes, FusedForwardAndBackward) {
   for (int i = 0; i < 4; ++i) w.push_back(test::random_weight(DType::BF16, kHeadDim, rng));
   const QkNormWeights weights{w[0].cview(), w[1].cview(), w[2].cview(), w[3].cview()};
   const QkNormRopeOptions options{1e-6f, NormMode::Diffusers, Pairing::Interleaved, Layout::BSHD,
-                                  kTextTokens};
+                                  GetParam().text_len};
   expect_cpu_matches_reference([&] {
     HostTensor q_out(DType::BF16, shape());
     HostTensor k_out(DType::BF16, shape());
@@ -135,12 +103,9 @@ TEST_P(IssueShapes, UnfusedNormThenRope) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Issue, IssueShapes,
-                         ::testing::Values(IssueShape{"1024x1024", 1024, 1024, 4096},
-                                           IssueShape{"1328x1328", 1328, 1328, 6889},
-                                           IssueShape{"1664x928", 1664, 928, 6032}),
-                         [](const ::testing::TestParamInfo<IssueShape>& param) {
-                           return std::string(param.param.name);
+INSTANTIATE_TEST_SUITE_P(Issue, IssueShapes, ::testing::ValuesIn(test::text_to_image_shapes()),
+                         [](const ::testing::TestParamInfo<cases::Shape>& param) {
+                           return param.param.name;
                          });
 
 }  // namespace

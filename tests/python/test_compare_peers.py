@@ -22,6 +22,7 @@ import compare_torch as ct  # noqa: E402
 import kernel_align  # noqa: E402
 
 TEXT_LEN = 8
+HEADS, HEAD_DIM = 24, 128
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PEER_IMPLS = [f"{peer}_{variant}" for peer in cp.PEERS for variant in cp.VARIANTS] + ["ort_alloc"]
 # What the pinned runtimes cannot run (docs/performance.md, "Peers"): ONNX Runtime has no
@@ -34,10 +35,10 @@ def tiny(dtype, generator):
     """compare_torch.Tensors of one 4x4-token image after 8 text tokens (S = 24, H = 24,
     D = 128), with kernel_align's diffusers positions and tables."""
     cos, sin = kernel_align.rope_tables(kernel_align.qwen_image_rope_positions([(1, 4, 4)], TEXT_LEN))
-    shape = (1, cos.shape[0], ct.HEADS, ct.HEAD_DIM)
+    shape = (1, cos.shape[0], HEADS, HEAD_DIM)
     q, k = ((torch.rand(shape, generator=generator) * 4 - 2).to(dtype) for _ in range(2))
-    weights = [(torch.rand(ct.HEAD_DIM, generator=generator) + 0.5).to(dtype) for _ in range(4)]
-    return ct.Tensors(q, k, None, None, weights, None, None, cos, sin)
+    weights = [(torch.rand(HEAD_DIM, generator=generator) + 0.5).to(dtype) for _ in range(4)]
+    return ct.Tensors(q, k, None, None, weights, None, None, cos, sin, text_len=TEXT_LEN)
 
 
 def cases(op, dtype, impls, generator, tmp_path):

@@ -1,15 +1,15 @@
-// The three image sizes of the issue end to end, as Qwen-Image runs them: 256 text
-// tokens and the image's tokens, 24 heads of 128, bf16; diffusers positions and
-// tables; qk_rmsnorm (diffusers mode, bf16 weight) then multi_axis_rope
-// (interleaved, BSHD). Every element is checked against the oracle.
+// The issue's text-to-image shapes (src/cases/shapes.hpp) end to end, as Qwen-Image runs
+// them: text tokens and the image's tokens, heads of 128, bf16; diffusers positions and
+// tables; qk_rmsnorm (diffusers mode, bf16 weight) then multi_axis_rope (interleaved,
+// BSHD). Every element is checked against the oracle.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "cases/shapes.hpp"
 #include "kernel_align/ops.hpp"
-#include "kernel_align/positions.hpp"
-#include "kernel_align/tables.hpp"
+#include "support/issue_shapes.hpp"
 #include "support/oracle_checks.hpp"
 #include "support/tensors.hpp"
 
@@ -18,23 +18,14 @@ namespace {
 
 using test::HostTensor;
 
-struct IssueShape {
-  const char* name;
-  std::int64_t width_px;
-  std::int64_t height_px;
-  std::int64_t image_tokens;
-};
-
-constexpr std::int64_t kTextTokens = 256;
-constexpr std::int64_t kHeads = 24;
-constexpr int kHeadDim = 128;
+using cases::kHeadDim;
 constexpr std::int64_t kChunkTokens = 512;  // the oracle checks this many tokens at a time
 
 // Tokens [first, first + count) of a [1, S, H, D] bf16 tensor.
 ConstTensorView tokens(const HostTensor& t, std::int64_t first, std::int64_t count) {
   ConstTensorView v = t.cview();
   v.shape[1] = count;
-  v.data = static_cast<const std::uint16_t*>(t.data()) + first * kHeads * kHeadDim;
+  v.data = static_cast<const std::uint16_t*>(t.data()) + first * v.shape[2] * kHeadDim;
   return v;
 }
 
@@ -44,30 +35,19 @@ std::vector<double> table_rows(const std::vector<float>& table, std::int64_t fir
   return {begin, begin + count * kHeadDim / 2};
 }
 
-class IssueShapes : public ::testing::TestWithParam<IssueShape> {};
+class IssueShapes : public ::testing::TestWithParam<cases::Shape> {};
 
 TEST_P(IssueShapes, NormThenRopeMatchTheOracle) {
-  const IssueShape shape = GetParam();
-  PositionRequest request;
-  request.layout = PositionLayout::Diffusers;
-  request.text_len = kTextTokens;
-  request.images = {ImageGrid::from_pixels(shape.width_px, shape.height_px)};
-  const std::int64_t seq = sequence_length(request);
-  ASSERT_EQ(seq, kTextTokens + shape.image_tokens);
-
-  std::vector<std::int32_t> positions;
-  for (const Position& p : build_positions(request))
-    positions.insert(positions.end(), p.begin(), p.end());
-  const RopeTables tables = build_rope_tables(positions.data(), seq);
-  ASSERT_EQ(tables.rows, seq);
+  const cases::Shape& shape = GetParam();
+  const cases::ShapeTables shape_tables = cases::shape_tables(shape);
+  const std::int64_t seq = shape_tables.seq;
+  const RopeTables& tables = shape_tables.tables;
   ASSERT_EQ(tables.columns, kHeadDim / 2);
-  const ConstTensorView cos =
-      ConstTensorView::contiguous(tables.cos.data(), DType::F32, {seq, kHeadDim / 2});
-  const ConstTensorView sin =
-      ConstTensorView::contiguous(tables.sin.data(), DType::F32, {seq, kHeadDim / 2});
+  const ConstTensorView cos = shape_tables.cos();
+  const ConstTensorView sin = shape_tables.sin();
 
   test::Rng rng(31);
-  const HostTensor q = test::random_tensor(DType::BF16, {1, seq, kHeads, kHeadDim}, rng);
+  const HostTensor q = test::random_tensor(DType::BF16, {1, seq, shape.heads, kHeadDim}, rng);
   HostTensor weight(DType::BF16, {kHeadDim});
   for (std::int64_t i = 0; i < kHeadDim; ++i) weight.set(i, rng.uniform(-2.0, 2.0));
   const RmsNormOptions norm{1e-6f, NormMode::Diffusers};
@@ -85,21 +65,18 @@ TEST_P(IssueShapes, NormThenRopeMatchTheOracle) {
                                 norm.eps, norm.mode, DType::BF16, DType::BF16);
     ASSERT_TRUE(test::matches_oracle(expected_norm, tokens(normed, first, count)))
         << "qk_rmsnorm, tokens from " << first;
-    const auto expected_rope =
-        oracle::rope(test::logical_values(tokens(normed, first, count)), 1, count, kHeads, kHeadDim,
-                     table_rows(tables.cos, first, count), table_rows(tables.sin, first, count),
-                     Pairing::Interleaved, false, DType::BF16);
+    const auto expected_rope = oracle::rope(
+        test::logical_values(tokens(normed, first, count)), 1, count, shape.heads, kHeadDim,
+        table_rows(tables.cos, first, count), table_rows(tables.sin, first, count),
+        Pairing::Interleaved, false, DType::BF16);
     ASSERT_TRUE(test::matches_oracle(expected_rope, tokens(rotated, first, count)))
         << "multi_axis_rope, tokens from " << first;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Issue, IssueShapes,
-                         ::testing::Values(IssueShape{"1024x1024", 1024, 1024, 4096},
-                                           IssueShape{"1328x1328", 1328, 1328, 6889},
-                                           IssueShape{"1664x928", 1664, 928, 6032}),
-                         [](const ::testing::TestParamInfo<IssueShape>& param) {
-                           return std::string(param.param.name);
+INSTANTIATE_TEST_SUITE_P(Issue, IssueShapes, ::testing::ValuesIn(test::text_to_image_shapes()),
+                         [](const ::testing::TestParamInfo<cases::Shape>& param) {
+                           return param.param.name;
                          });
 
 }  // namespace

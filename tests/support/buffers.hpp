@@ -9,11 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cases/bytes.hpp"
 #include "kernel_align/tensor.hpp"
 #include "support/tensors.hpp"
 
@@ -249,46 +249,15 @@ inline ::testing::AssertionResult same_bytes(const Outputs& expected, const Outp
     return ::testing::AssertionFailure()
            << expected.size() << " expected outputs, " << actual.size() << " actual";
   }
-  std::ostringstream failures;
-  bool ok = true;
+  std::string failures;
   for (std::size_t o = 0; o < expected.size(); ++o) {
     const NamedBytes& e = expected[o];
-    const NamedBytes& a = actual[o];
-    if (e.bytes.size() == a.bytes.size() &&
-        (e.bytes.empty() || std::memcmp(e.bytes.data(), a.bytes.data(), e.bytes.size()) == 0)) {
-      continue;
-    }
-    ok = false;
-    if (e.bytes.size() != a.bytes.size()) {
-      failures << "\n  " << e.name << ": " << e.bytes.size() << " bytes expected, "
-               << a.bytes.size() << " found";
-      continue;
-    }
-    const std::size_t size = dtype_size(e.dtype);
-    std::size_t first = e.bytes.size();
-    std::size_t differing = 0;
-    for (std::size_t i = 0; i + size <= e.bytes.size(); i += size) {
-      if (std::memcmp(e.bytes.data() + i, a.bytes.data() + i, size) == 0) continue;
-      if (differing++ == 0) first = i;
-    }
-    const auto bits = [&](const std::vector<std::byte>& b) {
-      std::uint32_t v = 0;
-      if (size == 4) {
-        std::memcpy(&v, b.data() + first, 4);
-      } else {
-        std::uint16_t h = 0;
-        std::memcpy(&h, b.data() + first, 2);
-        v = h;
-      }
-      return v;
-    };
-    failures << "\n  " << e.name << " (" << dtype_name(e.dtype) << "): " << differing << " of "
-             << e.bytes.size() / size << " elements differ; first at element " << first / size
-             << ": expected 0x" << std::hex << bits(e.bytes) << ", found 0x" << bits(a.bytes)
-             << std::dec;
+    const std::string d = cases::byte_difference(e.name + " (" + dtype_name(e.dtype) + ")",
+                                                 dtype_size(e.dtype), e.bytes, actual[o].bytes);
+    if (!d.empty()) failures += "\n  " + d;
   }
-  if (ok) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "outputs differ:" << failures.str();
+  if (failures.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "outputs differ:" << failures;
 }
 
 }  // namespace kernel_align::test

@@ -18,7 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "cases/configs.hpp"
 #include "kernel_align/ops.hpp"
+#include "kernel_align/registry.hpp"
 #include "support/buffers.hpp"
 #include "support/fused_composition.hpp"
 #include "support/runtime_guard.hpp"
@@ -491,6 +493,20 @@ inline bool uses_rope(OpKind op) {
 inline bool is_backward(OpKind op) {
   return op == OpKind::NormBackward || op == OpKind::RopeBackward || op == OpKind::FusedBackward;
 }
+inline OpType op_type_of(OpKind op) {
+  return !uses_rope(op)   ? OpType::QkRmsNorm
+         : !uses_norm(op) ? OpType::MultiAxisRope
+                          : OpType::QkNormRope;
+}
+
+// The values of `options` (src/cases/configs.hpp), `unused` in place of the none of an
+// op that does not have the option.
+template <class T>
+std::vector<T> option_values(const std::vector<std::optional<T>>& options, T unused) {
+  std::vector<T> values;
+  for (const std::optional<T>& o : options) values.push_back(o.value_or(unused));
+  return values;
+}
 
 // Builds the case of `op` described by `c` (random data from `rng`) and calls
 // f(the case).
@@ -527,15 +543,11 @@ template <class SeqOf, class F>
 int for_each_matrix_case(OpKind op, DType in, DType out, std::optional<DType> weight,
                          std::initializer_list<std::int64_t> head_dims, const SeqOf& seq_of,
                          Rng& rng, const F& f) {
-  const std::vector<NormMode> modes =
-      uses_norm(op) ? std::vector<NormMode>{NormMode::Single, NormMode::Diffusers}
-                    : std::vector<NormMode>{NormMode::Single};
+  const OpType type = op_type_of(op);
+  const std::vector<NormMode> modes = option_values(cases::norm_modes_of(type), NormMode::Single);
   const std::vector<Pairing> pairings =
-      uses_rope(op) ? std::vector<Pairing>{Pairing::Half, Pairing::Interleaved}
-                    : std::vector<Pairing>{Pairing::Interleaved};
-  const std::vector<Layout> layouts = uses_rope(op)
-                                          ? std::vector<Layout>{Layout::BSHD, Layout::BHSD}
-                                          : std::vector<Layout>{Layout::BSHD};
+      option_values(cases::pairings_of(type), Pairing::Interleaved);
+  const std::vector<Layout> layouts = option_values(cases::layouts_of(type), Layout::BSHD);
   std::vector<std::optional<DType>> dws{std::nullopt};
   if (is_backward(op) && weight) {
     dws = {DType::F32};

@@ -4,9 +4,12 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cases/shapes.hpp"
 #include "cli_harness.hpp"
+#include "json.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/positions.hpp"
@@ -51,7 +54,7 @@ TEST_F(CliTest, HelpListsEveryCommand) {
     const std::string out = run_ok({help});
     for (const char* command :
          {"positions", "tables", "apply qk-rmsnorm ", "apply qk-rmsnorm-backward", "apply rope ",
-          "apply rope-backward", "run"}) {
+          "apply rope-backward", "run", "shapes"}) {
       EXPECT_NE(out.find(std::string("usage: kernel-align ") + command), std::string::npos)
           << command;
     }
@@ -69,6 +72,34 @@ TEST_F(CliTest, VersionNamesProjectAndContract) {
   const std::string out = run_ok({"--version"});
   EXPECT_NE(out.find(KA_PROJECT_VERSION), std::string::npos) << out;
   EXPECT_NE(out.find(contract::kVersionString), std::string::npos) << out;
+}
+
+// `shapes` prints the lists that verify, the benchmark and run use (src/cases/shapes.hpp),
+// every field of every shape, for the Python scripts that run the same shapes.
+TEST_F(CliTest, ShapesPrintsTheIssueAndQuickShapes) {
+  const json::Value document = json::parse(run_ok({"shapes"}));
+  for (const auto& [key, shapes] :
+       {std::pair{"issue", &cases::issue_shapes()}, std::pair{"quick", &cases::quick_shapes()}}) {
+    SCOPED_TRACE(key);
+    const json::Value* list = document.find(key);
+    ASSERT_NE(list, nullptr);
+    ASSERT_EQ(list->items.size(), shapes->size());
+    for (std::size_t i = 0; i < shapes->size(); ++i) {
+      const cases::Shape& shape = (*shapes)[i];
+      const json::Value& entry = list->items[i];
+      EXPECT_EQ(entry.find("name")->text, shape.name);
+      EXPECT_EQ(entry.find("batch")->text, "1");
+      EXPECT_EQ(entry.find("heads")->text, std::to_string(shape.heads));
+      EXPECT_EQ(entry.find("head_dim")->text, std::to_string(cases::kHeadDim));
+      EXPECT_EQ(entry.find("text_len")->text, std::to_string(shape.text_len));
+      const json::Value* images = entry.find("images");
+      ASSERT_EQ(images->items.size(), shape.images.size()) << shape.name;
+      for (std::size_t k = 0; k < shape.images.size(); ++k) {
+        EXPECT_EQ(images->items[k].find("height")->text, std::to_string(shape.images[k].height));
+        EXPECT_EQ(images->items[k].find("width")->text, std::to_string(shape.images[k].width));
+      }
+    }
+  }
 }
 
 TEST_F(CliTest, DiffusersPositionsOf1328ImageAnd256TextTokens) {

@@ -1,0 +1,49 @@
+#include "cases/configs.hpp"
+
+namespace kernel_align::cases {
+
+std::vector<std::optional<NormMode>> norm_modes_of(OpType op) {
+  if (op == OpType::MultiAxisRope) return {std::nullopt};
+  return {NormMode::Single, NormMode::Diffusers};
+}
+
+std::vector<std::optional<Pairing>> pairings_of(OpType op) {
+  if (op == OpType::QkRmsNorm) return {std::nullopt};
+  return {Pairing::Half, Pairing::Interleaved};
+}
+
+std::vector<std::optional<Layout>> layouts_of(OpType op) {
+  if (op == OpType::QkRmsNorm) return {std::nullopt};
+  return {Layout::BSHD, Layout::BHSD};
+}
+
+std::string config_words(const Config& c) {
+  std::string words = std::string(op_type_name(c.op)) + " " + direction_name(c.direction) + " " +
+                      dtype_name(c.dtype);
+  if (c.pairing) words += std::string(" ") + pairing_name(*c.pairing);
+  if (c.mode) words += std::string(" ") + norm_mode_name(*c.mode);
+  if (c.layout) words += std::string(" ") + layout_name(*c.layout);
+  return words;
+}
+
+std::vector<Config> all_configs() {
+  std::vector<Config> configs;
+  std::size_t row = 0;
+  for (const OpType op : kAllOpTypes) {
+    for (const Direction direction : kAllDirections) {
+      for (const DType dtype : kAllDTypes) {
+        for (const auto& pairing : pairings_of(op)) {
+          for (const auto& mode : norm_modes_of(op)) {
+            for (const auto& layout : layouts_of(op)) {
+              configs.push_back({op, direction, dtype, pairing, mode, layout, row});
+            }
+          }
+        }
+        ++row;
+      }
+    }
+  }
+  return configs;
+}
+
+}  // namespace kernel_align::cases
