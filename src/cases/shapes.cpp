@@ -15,29 +15,41 @@ PositionRequest Shape::positions() const {
   return request;
 }
 
+namespace {
+
+// The four kinds of grid verify and the benchmark run, at the pixel sizes given: an even
+// square, an odd square (its token count), a wide image, and the Edit pipeline's target
+// plus one reference image of the even square's size. Names say the pixels:
+// "t2i_<width>x<height>", "edit_<w>x<h>+ref<w>x<h>".
+std::vector<Shape> grid_kinds(std::int64_t heads, std::int64_t text_len, int square_px,
+                              int odd_square_px, int wide_px, int wide_height_px) {
+  const auto pixels = [](int width, int height) {
+    return std::to_string(width) + "x" + std::to_string(height);
+  };
+  const auto t2i = [&](int width, int height) {
+    return Shape{
+        "t2i_" + pixels(width, height), heads, text_len, {ImageGrid::from_pixels(width, height)}};
+  };
+  const ImageGrid square = ImageGrid::from_pixels(square_px, square_px);
+  const std::string edit_name =
+      "edit_" + pixels(square_px, square_px) + "+ref" + pixels(square_px, square_px);
+  return {t2i(square_px, square_px), t2i(odd_square_px, odd_square_px),
+          t2i(wide_px, wide_height_px), Shape{edit_name, heads, text_len, {square, square}}};
+}
+
+}  // namespace
+
+// 1024 px: 64 x 64 tokens; 1328: 83 x 83; 1664 x 928: 104 wide, 58 high.
 const std::vector<Shape>& issue_shapes() {
-  static const std::vector<Shape> shapes = [] {
-    const ImageGrid square = ImageGrid::from_pixels(1024, 1024);  // 64 x 64 tokens
-    return std::vector<Shape>{
-        {"t2i_1024x1024", 24, 256, {square}},
-        {"t2i_1328x1328", 24, 256, {ImageGrid::from_pixels(1328, 1328)}},  // 83 x 83
-        {"t2i_1664x928", 24, 256, {ImageGrid::from_pixels(1664, 928)}},    // 104 wide, 58 high
-        {"edit_1024x1024+ref1024x1024", 24, 256, {square, square}}};
-  }();
+  static const std::vector<Shape> shapes = grid_kinds(24, 256, 1024, 1328, 1664, 928);
   return shapes;
 }
 
-// 8 heads, not fewer: the image rows then fill 3 threads, which the CPU backend only
-// starts for 16384 elements each (verify's thread check compares 1, 2 and 3 threads).
+// 128 px: 8 x 8 tokens; 144: 9 x 9; 192 x 112: 12 wide, 7 high. 8 heads, not fewer: the
+// image rows then fill 3 threads, which the CPU backend only starts for 16384 elements
+// each (verify's thread check compares 1, 2 and 3 threads).
 const std::vector<Shape>& quick_shapes() {
-  static const std::vector<Shape> shapes = [] {
-    const ImageGrid square = ImageGrid::from_pixels(128, 128);  // 8 x 8 tokens
-    return std::vector<Shape>{
-        {"t2i_128x128", 8, 16, {square}},
-        {"t2i_144x144", 8, 16, {ImageGrid::from_pixels(144, 144)}},  // 9 x 9
-        {"t2i_192x112", 8, 16, {ImageGrid::from_pixels(192, 112)}},  // 12 wide, 7 high
-        {"edit_128x128+ref128x128", 8, 16, {square, square}}};
-  }();
+  static const std::vector<Shape> shapes = grid_kinds(8, 16, 128, 144, 192, 112);
   return shapes;
 }
 
