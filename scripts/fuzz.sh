@@ -4,6 +4,7 @@
 # the minimized corpus and every input a finding came from), then fuzzes for
 # KA_FUZZ_SECONDS (default 60) from a copy of it. Any crash, sanitizer report or
 # escaped exception fails; the input is kept in build/fuzz/findings/.
+# The targets run side by side, one per core (each fuzzer is one process on one core).
 # KA_FUZZ_MERGE=1 merges what the run found into the corpus (for a commit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,14 +12,17 @@ seconds="${KA_FUZZ_SECONDS:-60}"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
 findings=build/fuzz/findings
-mkdir -p "$findings"
-for target in npy cli_args trace ops; do
-  binary="build/fuzz/tests/fuzz/${target}_fuzz"
-  corpus="tests/fuzz/corpus/$target"
-  inputs=$(find "$corpus" -type f | wc -l)
-  echo "fuzz: $target: replaying $inputs inputs"
+logs=build/fuzz/logs
+mkdir -p "$findings" "$logs"
+
+# One target: replay, fuzz, merge if asked; output in $logs/<target>.log.
+fuzz_target() {
+  local target=$1
+  local binary="build/fuzz/tests/fuzz/${target}_fuzz"
+  local corpus="tests/fuzz/corpus/$target"
+  local work="build/fuzz/work/$target"
+  echo "fuzz: $target: replaying $(find "$corpus" -type f | wc -l) inputs"
   "$binary" -runs=0 "$corpus" 2>&1 | tail -1
-  work="build/fuzz/work/$target"
   rm -rf "$work" && mkdir -p "$work" && cp "$corpus"/* "$work"/
   echo "fuzz: $target: fuzzing for ${seconds}s"
   "$binary" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$findings/$target-" \
@@ -26,5 +30,22 @@ for target in npy cli_args trace ops; do
   if [[ "${KA_FUZZ_MERGE:-0}" == 1 ]]; then
     "$binary" -merge=1 "$corpus" "$work" 2>&1 | grep -E "MERGE-OUTER: [0-9]+ new files" || true
   fi
+}
+
+# The slowest first, so that the last to start is not the one that ends last.
+targets=(ops npy cli_args trace)
+rm -f "$logs"/*.failed
+export -f fuzz_target
+export seconds findings
+printf '%s\n' "${targets[@]}" | xargs -P "$(nproc)" -I{} bash -c \
+  'set -euo pipefail; fuzz_target {} >"$0/{}.log" 2>&1 || touch "$0/{}.failed"' "$logs"
+failed=()
+for target in "${targets[@]}"; do
+  cat "$logs/$target.log"
+  [[ ! -e $logs/$target.failed ]] || failed+=("$target")
 done
+if ((${#failed[@]})); then
+  echo "fuzz: failed: ${failed[*]} (inputs in $findings)" >&2
+  exit 1
+fi
 echo "fuzz: every target replayed and fuzzed without a finding"

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ clang cmake ninja-build pkg-config libmpfr-dev libgmp-dev libgtest-dev
-          libbenchmark-dev libsimde-dev clang-format clang-tidy python3-venv
+          libbenchmark-dev libsimde-dev clang-format clang-tidy python3-venv ccache
           libclang-rt-14-dev)  # the sanitizers' and libFuzzer's runtimes (scripts/sanitizers.sh)
 missing=()
 for p in "${packages[@]}"; do

@@ -109,6 +109,7 @@ struct Avx512Ops {
   static void store(std::uint16_t* p, H h) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
   }
+  static constexpr bool kStreams = true;
   static void stream(float* p, F v) { _mm512_stream_ps(p, v); }
   static void stream(std::uint16_t* p, H h) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h);

@@ -96,9 +96,7 @@ struct PortableOps {
   static void store(float* p, F v) { std::memcpy(p, v.lane, sizeof v.lane); }
   static void store(std::uint16_t* p, H h) { std::memcpy(p, h.lane, sizeof h.lane); }
   // Plain C++ has no non-temporal store.
-  static void stream(float* p, F v) { store(p, v); }
-  static void stream(std::uint16_t* p, H h) { store(p, h); }
-  static void stream_fence() {}
+  static constexpr bool kStreams = false;
 };
 
 }  // namespace

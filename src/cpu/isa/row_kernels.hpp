@@ -31,7 +31,8 @@
 //   nearest-even value of the dtype; round_bf16 needs a NaN-free input),
 //   to_bf16 / to_f16 (F -> H, 16 rounded 16-bit elements; to_bf16 needs a NaN-free
 //   input), store(float*, F) and store(std::uint16_t*, H) (bits unchanged),
-//   stream(...) the same as non-temporal stores to chunk-aligned memory, stream_fence.
+//   kStreams: whether the path has non-temporal stores; if so, stream(...) the same as
+//   store to chunk-aligned memory, non-temporally, and stream_fence.
 #pragma once
 
 #include <cstdint>
@@ -365,13 +366,19 @@ inline bool streams_output(const RowPlan& p) {
 
 // The one place where a call's run-time facts become compile-time ones: calls
 // body(format, stream) with the format of the plan's rows (with_format_of_rows) and
-// std::bool_constant<streams_output(p)>.
-template <class Body>
+// std::bool_constant<streams_output(p)>. A path without non-temporal stores gets no
+// streaming copy of its kernels: it would only store the same way at twice the code
+// (the portable path's copy cost g++ minutes of compile time in every build).
+template <class V, class Body>
 void with_row_format(const RowPlan& p, const Body& body) {
-  const bool stream = streams_output(p);
-  with_format_of_rows(p, [&](auto format) {
-    with_flags([&](auto known_stream) { body(format, known_stream); }, stream);
-  });
+  if constexpr (V::kStreams) {
+    const bool stream = streams_output(p);
+    with_format_of_rows(p, [&](auto format) {
+      with_flags([&](auto known_stream) { body(format, known_stream); }, stream);
+    });
+  } else {
+    with_format_of_rows(p, [&](auto format) { body(format, std::false_type{}); });
+  }
 }
 
 // ---- NaN-free rows ---------------------------------------------------------------
@@ -790,12 +797,12 @@ void rmsnorm_forward_rows(const RowPlan& plan, Format format, std::int64_t begin
     rmsnorm_forward_batch<V, kStream, kBatch>(p, format, weight, row);
   }
   for (; r < end; ++r) rmsnorm_forward_batch<V, kStream, 1>(p, format, weight, row);
-  if (kStream) V::stream_fence();
+  if constexpr (kStream) V::stream_fence();
 }
 
 template <class V>
 void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  with_row_format(plan, [&](auto format, auto stream) {
+  with_row_format<V>(plan, [&](auto format, auto stream) {
     rmsnorm_forward_rows<V, stream>(plan, format, begin, end);
   });
 }
@@ -834,13 +841,13 @@ void rmsnorm_backward_rows(const RowPlan& plan, Format format, std::int64_t begi
   }
   for (; r < end; ++r) rmsnorm_backward_batch<V, kStream, 1>(p, format, weight, row, dw_sums);
   if (dw_sums != nullptr) dw.add_to(dw_partial, format);
-  if (kStream) V::stream_fence();
+  if constexpr (kStream) V::stream_fence();
 }
 
 template <class V>
 void rmsnorm_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                              float* dw_partial) {
-  with_row_format(plan, [&](auto format, auto stream) {
+  with_row_format<V>(plan, [&](auto format, auto stream) {
     rmsnorm_backward_rows<V, stream>(plan, format, begin, end, dw_partial);
   });
 }
@@ -861,12 +868,12 @@ void rope_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int6
         [&](int c, typename V::F y)
             KA_INLINE_LAMBDA { store_chunk<V, false, kStream>(p.out, at.out, c, format, y); });
   }
-  if (kStream) V::stream_fence();
+  if constexpr (kStream) V::stream_fence();
 }
 
 template <class V>
 void rope_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  with_row_format(
+  with_row_format<V>(
       plan, [&](auto format, auto stream) { rope_rows<V, stream>(plan, format, begin, end); });
 }
 
@@ -926,12 +933,12 @@ void norm_rope_forward_rows(const RowPlan& plan, Format format, std::int64_t beg
     norm_rope_forward_batch<V, kStream, kBatch>(p, format, weight, table, row);
   }
   for (; r < end; ++r) norm_rope_forward_batch<V, kStream, 1>(p, format, weight, table, row);
-  if (kStream) V::stream_fence();
+  if constexpr (kStream) V::stream_fence();
 }
 
 template <class V>
 void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  with_row_format(plan, [&](auto format, auto stream) {
+  with_row_format<V>(plan, [&](auto format, auto stream) {
     norm_rope_forward_rows<V, stream>(plan, format, begin, end);
   });
 }
@@ -979,13 +986,13 @@ void norm_rope_backward_rows(const RowPlan& plan, Format format, std::int64_t be
     norm_rope_backward_batch<V, kStream, 1>(p, format, weight, table, row, dw_sums);
   }
   if (dw_sums != nullptr) dw.add_to(dw_partial, format);
-  if (kStream) V::stream_fence();
+  if constexpr (kStream) V::stream_fence();
 }
 
 template <class V>
 void norm_rope_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                                float* dw_partial) {
-  with_row_format(plan, [&](auto format, auto stream) {
+  with_row_format<V>(plan, [&](auto format, auto stream) {
     norm_rope_backward_rows<V, stream>(plan, format, begin, end, dw_partial);
   });
 }
