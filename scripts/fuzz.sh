@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
-# The libFuzzer targets (tests/fuzz, docs/reliability.md), built by the fuzz preset
-# (clang 14, ASan + UBSan): each replays its corpus (tests/fuzz/corpus/<target>/: seeds,
+# The libFuzzer targets (tests/fuzz, docs/reliability.md), built by the asan preset
+# (clang 14, ASan + UBSan, the library instrumented for coverage; scripts/test.sh has
+# built them already): each replays its corpus (tests/fuzz/corpus/<target>/: seeds,
 # the minimized corpus and every input a finding came from), then fuzzes for
 # KA_FUZZ_SECONDS (default 60) from a copy of it. Any crash, sanitizer report or
-# escaped exception fails; the input is kept in build/fuzz/findings/.
+# escaped exception fails; the input is kept in build/asan/fuzz-findings/.
 # The targets run side by side, one per core (each fuzzer is one process on one core).
 # KA_FUZZ_MERGE=1 merges what the run found into the corpus (for a commit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${KA_FUZZ_SECONDS:-60}"
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz
-findings=build/fuzz/findings
-logs=build/fuzz/logs
+cmake --preset asan >/dev/null
+cmake --build --preset asan --target npy_fuzz cli_args_fuzz trace_fuzz ops_fuzz
+findings=build/asan/fuzz-findings
+logs=build/asan/fuzz-logs
 mkdir -p "$findings" "$logs"
 
 # One target: replay, fuzz, merge if asked; output in $logs/<target>.log.
 fuzz_target() {
   local target=$1
-  local binary="build/fuzz/tests/fuzz/${target}_fuzz"
+  local binary="build/asan/tests/fuzz/${target}_fuzz"
   local corpus="tests/fuzz/corpus/$target"
-  local work="build/fuzz/work/$target"
+  local work="build/asan/fuzz-work/$target"
   echo "fuzz: $target: replaying $(find "$corpus" -type f | wc -l) inputs"
   "$binary" -runs=0 "$corpus" 2>&1 | tail -1
   rm -rf "$work" && mkdir -p "$work" && cp "$corpus"/* "$work"/
