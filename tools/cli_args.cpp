@@ -20,19 +20,26 @@ std::string flag_names(std::span<const FlagSpec> flags) {
   return names;
 }
 
+// What a command expects in place of a token that is not one of its flags; a command
+// without flags says that it takes none (an empty list of names would say nothing).
+std::string expected_flag(std::span<const FlagSpec> flags) {
+  if (flags.empty()) return "nothing after the command (it takes no flags)";
+  return "one of the flags " + flag_names(flags);
+}
+
 }  // namespace
 
 Args::Args(std::span<const std::string> tokens, std::span<const FlagSpec> flags) {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string& token = tokens[i];
     if (!token.starts_with("--")) {
-      throw Error(token, "a flag (one of " + flag_names(flags) + ")", "a bare value");
+      throw Error(token, expected_flag(flags), "a bare value");
     }
     const std::size_t equals = token.find('=');
     const std::string name = token.substr(0, equals);
     const FlagSpec* spec = find_flag(flags, name);
     if (spec == nullptr) {
-      throw Error(name, "one of the flags " + flag_names(flags), "an unknown flag");
+      throw Error(name, expected_flag(flags), "an unknown flag");
     }
     std::string value;
     if (equals != std::string::npos) {

@@ -81,6 +81,16 @@ TEST_F(CliErrorTest, UnknownFlag) {
   expect_bad_argument(kRmsNorm + Tokens{"--pairing", "half"}, "--pairing");
 }
 
+TEST_F(CliErrorTest, ACommandWithoutFlagsSaysItTakesNone) {
+  for (const char* command : {"shapes", "backends"}) {
+    expect_bad_argument({command, "--bogus"}, "--bogus");
+    expect_bad_argument({command, "stray"}, "stray");
+    const std::string err = run({command, "--bogus"}).err;
+    EXPECT_NE(err.find("expected nothing after the command (it takes no flags)"), std::string::npos)
+        << err;
+  }
+}
+
 TEST_F(CliErrorTest, BareValue) {
   expect_bad_argument(kPositions + Tokens{"stray"}, "stray");
 }
