@@ -27,6 +27,7 @@
 #include "cases/bytes.hpp"
 #include "cases/configs.hpp"
 #include "cases/inputs.hpp"
+#include "cases/parallel.hpp"
 #include "cases/shapes.hpp"
 #include "cli_args.hpp"
 #include "kernel_align/contract/version.hpp"
@@ -218,7 +219,7 @@ void compute(const Case& c, bool whole_batch, Outputs& outputs) {
     o.name = name;
     o.per_sample = per_sample;
     NpyArray& a = reused_array(o.array, type, std::move(shape));
-    std::fill(a.data.begin(), a.data.end(), std::byte{0});
+    cases::zero_fill(a.data);
   };
   const auto add_like_input = [&](const char* name) {
     std::vector<std::int64_t> shape = c.batched[0].shape;

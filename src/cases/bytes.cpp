@@ -1,11 +1,28 @@
 #include "cases/bytes.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 
+#include "cases/parallel.hpp"
+
 namespace kernel_align::cases {
 namespace {
+
+constexpr std::size_t kBytesPerThread = std::size_t{1} << 20;
+
+// Whether the two spans (of one size) hold the same bytes, compared on every core.
+bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
+  std::atomic<bool> differ{false};
+  split_over_cores(a.size(), kBytesPerThread, [&](std::size_t begin, std::size_t end) {
+    // memcmp's pointers must not be null, even for no bytes.
+    if (end > begin && std::memcmp(a.data() + begin, b.data() + begin, end - begin) != 0) {
+      differ.store(true, std::memory_order_relaxed);
+    }
+  });
+  return !differ.load(std::memory_order_relaxed);
+}
 
 std::uint32_t element_bits(std::span<const std::byte> bytes, std::size_t element,
                            std::size_t size) {
@@ -34,7 +51,7 @@ std::string byte_difference(const std::string& name, std::size_t element_size,
     return name + ": " + std::to_string(expected.size()) + " bytes expected, " +
            std::to_string(found.size()) + " found";
   }
-  if (expected.empty() || std::memcmp(expected.data(), found.data(), expected.size()) == 0) {
+  if (same_bytes(expected, found)) {
     return "";
   }
   const std::size_t elements = expected.size() / element_size;

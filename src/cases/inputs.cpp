@@ -1,9 +1,13 @@
 #include "cases/inputs.hpp"
 
+#include "cases/parallel.hpp"
 #include "kernel_align/contract/convert.hpp"
 
 namespace kernel_align::cases {
 namespace {
+
+// Enough draws (a millisecond or so) to be worth a thread of their own.
+constexpr std::size_t kDrawsPerThread = std::size_t{1} << 18;
 
 // The dtype a template argument, so that the loop has no dtype switch: verify fills
 // billions of elements.
@@ -17,15 +21,24 @@ void fill_uniform_as(Random& random, std::byte* data, std::int64_t n, float lo, 
 }  // namespace
 
 void fill_uniform(Random& random, DType dtype, std::span<std::byte> bytes, float lo, float width) {
-  const auto n = static_cast<std::int64_t>(bytes.size() / dtype_size(dtype));
-  switch (dtype) {
-    case DType::F32:
-      return fill_uniform_as<DType::F32>(random, bytes.data(), n, lo, width);
-    case DType::BF16:
-      return fill_uniform_as<DType::BF16>(random, bytes.data(), n, lo, width);
-    case DType::F16:
-      return fill_uniform_as<DType::F16>(random, bytes.data(), n, lo, width);
-  }
+  const std::size_t size = dtype_size(dtype);
+  const std::size_t n = bytes.size() / size;
+  // Each range draws from its own copy of the stream, moved on to the range's start.
+  split_over_cores(n, kDrawsPerThread, [&](std::size_t begin, std::size_t end) {
+    Random part = random;
+    part.discard(begin);
+    std::byte* data = bytes.data() + begin * size;
+    const auto count = static_cast<std::int64_t>(end - begin);
+    switch (dtype) {
+      case DType::F32:
+        return fill_uniform_as<DType::F32>(part, data, count, lo, width);
+      case DType::BF16:
+        return fill_uniform_as<DType::BF16>(part, data, count, lo, width);
+      case DType::F16:
+        return fill_uniform_as<DType::F16>(part, data, count, lo, width);
+    }
+  });
+  random.discard(n);
 }
 
 std::uint64_t seed_of(std::string_view name) {

@@ -25,7 +25,9 @@ class Random : public SplitMix64 {
 };
 
 // Fills `bytes` (elements of `dtype`, contiguous) with the next values of
-// random.uniform(lo, width), in order, rounded to the dtype as an op stores its results.
+// random.uniform(lo, width), in order, rounded to the dtype as an op stores its results,
+// and moves `random` past them. Large fills are drawn on every core, in ranges that
+// skip ahead in the stream: the numbers do not depend on the core count.
 void fill_uniform(Random& random, DType dtype, std::span<std::byte> bytes, float lo, float width);
 
 // 64-bit FNV-1a of `name`: the seed of a case's inputs from its name, so that they do
