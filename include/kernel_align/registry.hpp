@@ -35,6 +35,13 @@ const char* direction_name(Direction d);
 // A forced backend that cannot run a call falls back (or fails in strict mode).
 void set_backend(std::string_view name);
 std::string backend_override();  // the name set_backend forced; "" when none
+// The same for the calls made on the calling thread only, ahead of set_backend's choice
+// ("" removes it; it ends with the thread), so that two threads can run one op on two
+// backends side by side (verify runs the reference beside the backend under test). An
+// unknown name is an Error as for set_backend; a backend unregistered since is one at the
+// thread's next call.
+void set_thread_backend(std::string_view name);
+std::string thread_backend_override();  // this thread's forced name; "" when none
 // Every registered backend name, in registration order.
 std::vector<std::string> backend_names();
 

@@ -228,11 +228,22 @@ BackendList candidates(Platform platform, OpType op, Direction direction) {
   return candidates_locked(s, platform, op, direction);
 }
 
+namespace {
+// set_thread_backend's name; ahead of the process-wide override.
+thread_local std::string thread_override_name;
+}  // namespace
+
 Choice choose(const detail::CallRecord& call) {
   State& s = state();
   const std::lock_guard lock(s.mutex);
   BackendList order;
-  if (!s.override_name.empty()) order.items[order.count++] = find_locked(s, s.override_name);
+  if (!thread_override_name.empty()) {
+    // Checked here, not only when set: ScopedRegistration may have removed it since.
+    check_known_locked(s, "backend", thread_override_name);
+    order.items[order.count++] = find_locked(s, thread_override_name);
+  } else if (!s.override_name.empty()) {
+    order.items[order.count++] = find_locked(s, s.override_name);
+  }
   for (const Backend* b : candidates_locked(s, call.device.platform, call.op, call.direction)) {
     if (order.count == 0 || b != order.items[0]) order.items[order.count++] = b;
   }
@@ -340,6 +351,17 @@ std::string backend_override() {
   registry::State& s = registry::state();
   const std::lock_guard lock(s.mutex);
   return s.override_name;
+}
+
+void set_thread_backend(std::string_view name) {
+  registry::State& s = registry::state();
+  const std::lock_guard lock(s.mutex);
+  if (!name.empty()) registry::check_known_locked(s, "backend", name);
+  registry::thread_override_name = std::string(name);
+}
+
+std::string thread_backend_override() {
+  return registry::thread_override_name;
 }
 
 std::vector<std::string> backend_names() {

@@ -40,7 +40,8 @@ TEST_P(FillUniform, EqualsTheDrawsOneByOneAndMovesTheStreamPastThem) {
   EXPECT_EQ(drawn_in_parts.next(), one_by_one.next()) << "the stream did not move past the fill";
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, FillUniform, ::testing::Values(DType::F32, DType::BF16, DType::F16),
+INSTANTIATE_TEST_SUITE_P(Dtypes, FillUniform,
+                         ::testing::Values(DType::F32, DType::BF16, DType::F16),
                          [](const ::testing::TestParamInfo<DType>& dtype) {
                            return std::string(dtype_name(dtype.param));
                          });

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "cpu/cpu_backend.hpp"
 #include "kernel_align/error.hpp"
@@ -155,6 +156,54 @@ TEST(Registry, OverrideByApiRunsThatBackend) {
   const HostTensor by_simd = rmsnorm_call(DType::BF16);
   EXPECT_EQ(last_call().backend, "simd");
   EXPECT_TRUE(by_reference == by_simd);
+}
+
+// set_thread_backend: one thread's calls on one backend while the process-wide choice
+// (and every other thread) stays on another.
+TEST(Registry, ThreadOverrideRunsThatBackendOnThatThreadOnly) {
+  const RegistryGuard guard;
+  set_backend("simd");
+  std::string on_thread;
+  std::string thread_override;
+  std::optional<HostTensor> by_reference;
+  std::thread([&] {
+    set_thread_backend("reference");
+    by_reference.emplace(rmsnorm_call(DType::BF16));
+    on_thread = last_call().backend;
+    thread_override = thread_backend_override();
+  }).join();
+  EXPECT_EQ(on_thread, "reference");
+  EXPECT_EQ(thread_override, "reference");
+  EXPECT_EQ(thread_backend_override(), "") << "another thread's override leaked here";
+  const HostTensor by_simd = rmsnorm_call(DType::BF16);
+  EXPECT_EQ(last_call().backend, "simd");
+  ASSERT_TRUE(by_reference.has_value());
+  EXPECT_TRUE(*by_reference == by_simd);
+
+  set_thread_backend("reference");  // ahead of set_backend's choice
+  (void)rmsnorm_call(DType::BF16);
+  EXPECT_EQ(last_call().backend, "reference");
+  set_thread_backend("");
+  (void)rmsnorm_call(DType::BF16);
+  EXPECT_EQ(last_call().backend, "simd");
+}
+
+TEST(Registry, ThreadOverrideOfAnUnknownOrRemovedBackendIsAnError) {
+  const RegistryGuard guard;
+  EXPECT_THROW(set_thread_backend("gpu"), Error);
+  EXPECT_EQ(thread_backend_override(), "");
+  {
+    const registry::ScopedRegistration narrow(narrow_backend({}));
+    set_thread_backend("narrow");
+  }
+  try {
+    (void)rmsnorm_call(DType::F32);
+    ADD_FAILURE() << "a call ran with its thread's backend unregistered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "backend");
+    EXPECT_NE(std::string(e.what()).find("'narrow'"), std::string::npos) << e.what();
+  }
+  set_thread_backend("");
 }
 
 TEST(Registry, UnknownNameIsAnErrorListingTheValidNames) {
