@@ -23,6 +23,9 @@ counts all set to the same number:
   ka_new       the functional op, a new output each call (multi_axis_rope, qk_norm_rope)
   compile      torch.compile of compare_torch.py's formulas, for reference (rotate-half RoPE:
                the same bytes and flops; its output is not checked here)
+  compile_casts  the same with inductor's emulate_precision_casts: by default inductor
+               drops the norm's cast of x * rstd to the weight's dtype (one rounding fewer
+               than the formula); with it, it rounds where the formula does
   memcpy       torch's dst.copy_(src) of bytes/2 into bytes/2: the op's traffic
   ort_contrib  ONNX Runtime's CPUExecutionProvider on the "contrib" graph below, IOBinding of
                our inputs and of preallocated outputs (its best case)
@@ -98,8 +101,9 @@ IN_PLACE_OPS = {"multi_axis_rope_fwd", "qk_norm_rope_fwd"}  # ops with an in-pla
 VARIANTS = ["contrib", "primitive"]
 PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO"}
 # Timed in this order in every round; ka_new only where ka is the in-place variant.
-IMPLS = ["ka", "ka_new", "compile", "memcpy", "ort_contrib", "ort_alloc", "ort_primitive",
-         "ov_contrib", "ov_primitive"]
+IMPLS = ["ka", "ka_new", "compile", "compile_casts", "memcpy", "ort_contrib", "ort_alloc",
+         "ort_primitive", "ov_contrib", "ov_primitive"]
+COMPILED = list(ct.COMPILE_OPTIONS)  # torch.compile of compare_torch.py's formulas
 ONNX_OPSET = 17  # ReduceMean's axes are an attribute up to opset 17
 MS_OPSET = 1  # com.microsoft RotaryEmbedding
 # The seed contract's tolerance class of each op (reference-facts.md; formulas.TOLERANCE),
@@ -463,8 +467,8 @@ def build_cases(op, t, threads, text_len, impls, workdir, expected, our_outputs)
             cases[impl] = checked(impl, ours(op, t, text_len, in_place=op in IN_PLACE_OPS))
         elif impl == "ka_new" and op in IN_PLACE_OPS:
             cases[impl] = checked(impl, ours(op, t, text_len, in_place=False))
-        elif impl == "compile":
-            cases[impl] = ct.case_builders(["compile"], compile_now=True)["compile"](op, t)
+        elif impl in COMPILED:
+            cases[impl] = ct.case_builders([impl], compile_now=True)[impl](op, t)
         elif impl == "memcpy":
             src = torch.empty(op_bytes(op, t) // 2, dtype=torch.uint8).random_()
             dst = torch.empty_like(src)
@@ -492,7 +496,7 @@ def measure(args):
     torch.manual_seed(0)
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     rounds, timing = (QUICK_ROUNDS, QUICK_TIMING) if args.quick else (ROUNDS, TIMING)
-    impls = [i for i in IMPLS if not (args.no_compile and i == "compile")]
+    impls = [i for i in IMPLS if not (args.no_compile and i in COMPILED)]
     rows, checks, isa = [], [], None
     with tempfile.TemporaryDirectory(prefix="ka-peers-") as workdir:
         for shape in args.shapes:
@@ -539,7 +543,7 @@ def judge(row):
     ours_ms = min(row["ka_ms"], row["ka_new_ms"]) if row["ka_new_status"] == "ok" else row["ka_ms"]
     row["ours_ms"] = ours_ms
     row["ours_over_memcpy"] = row["memcpy_ms"] / ours_ms
-    for impl in ["compile"] + [f"{p}_{v}" for p in PEERS for v in VARIANTS]:
+    for impl in COMPILED + [f"{p}_{v}" for p in PEERS for v in VARIANTS]:
         row[f"{impl}_over_ours"] = row[f"{impl}_ms"] / ours_ms
     verdicts, ahead = [], True
     for peer, label in PEERS.items():
@@ -572,7 +576,7 @@ def print_tables(rows, checks, header):
           "ahead of each peer's fastest correct variant (best peer time / ours shown).")
     print()
     shown = [i for i in IMPLS if i != "ort_alloc"]
-    ratios = ["compile"] + [f"{p}_{v}" for p in PEERS for v in VARIANTS]
+    ratios = COMPILED + [f"{p}_{v}" for p in PEERS for v in VARIANTS]
     print("| op | dtype | shape | threads | " + " | ".join(shown) + " | ours/memcpy | "
           + " | ".join(f"{i}/ours" for i in ratios) + " | ahead of ORT and OV |")
     print("|---|---|---|---:|" + "---:|" * (len(shown) + 1 + len(ratios)) + "---|")

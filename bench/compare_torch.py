@@ -84,6 +84,11 @@ DTYPES = ["fp32", "bf16", "fp16"]
 OPS = ["qk_rmsnorm_fwd", "qk_rmsnorm_bwd", "multi_axis_rope_fwd", "multi_axis_rope_bwd",
        "qk_norm_rope_fwd", "qk_norm_rope_bwd"]
 IMPLS = ["ka", "ka_op", "eager", "diffusers", "compile"]  # timed in this order
+# Inductor's options per compiled implementation. By default inductor leaves out a cast
+# to bf16/fp16 between two fused ops (the norm's (x * rstd).to(w.dtype)): it computes
+# one rounding fewer than the formula. emulate_precision_casts keeps every cast, so
+# "compile_casts" computes the formula's roundings, as eager, diffusers and we do.
+COMPILE_OPTIONS = {"compile": {}, "compile_casts": {"emulate_precision_casts": True}}
 TUNED_GLIBC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
 ALLOCATORS = {"default": None, "tuned": TUNED_GLIBC}
 # The targets: ours vs eager torch with the tuned allocator, and vs torch.compile.
@@ -355,10 +360,11 @@ def case_builders(impls, compile_now):
             builders[impl] = graph_case(formula_graph(rms, rope, norm_rope))
         elif impl == "diffusers":
             builders[impl] = graph_case(diffusers_graph)
-        elif impl == "compile" and compile_now:
+        elif impl in COMPILE_OPTIONS and compile_now:
             torch._dynamo.reset()  # inductor bakes the thread count into its code
             builders[impl] = graph_case(formula_graph(
-                *(torch.compile(f, dynamic=False) for f in (rms, rope, norm_rope))))
+                *(torch.compile(f, dynamic=False, options=COMPILE_OPTIONS[impl])
+                  for f in (rms, rope, norm_rope))))
     return builders
 
 
