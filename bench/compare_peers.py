@@ -101,9 +101,9 @@ IN_PLACE_OPS = {"multi_axis_rope_fwd", "qk_norm_rope_fwd"}  # ops with an in-pla
 VARIANTS = ["contrib", "primitive"]
 PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO"}
 # Timed in this order in every round; ka_new only where ka is the in-place variant.
-IMPLS = ["ka", "ka_new", "compile", "compile_casts", "memcpy", "ort_contrib", "ort_alloc",
-         "ort_primitive", "ov_contrib", "ov_primitive"]
 COMPILED = list(ct.COMPILE_OPTIONS)  # torch.compile of compare_torch.py's formulas
+IMPLS = ["ka", "ka_new", *COMPILED, "memcpy", "ort_contrib", "ort_alloc", "ort_primitive",
+         "ov_contrib", "ov_primitive"]
 ONNX_OPSET = 17  # ReduceMean's axes are an attribute up to opset 17
 MS_OPSET = 1  # com.microsoft RotaryEmbedding
 # The seed contract's tolerance class of each op (reference-facts.md; formulas.TOLERANCE),

@@ -392,13 +392,14 @@ void verify_cell(const Variant& variant, const Case& c, const ThreadCounts& thre
     return into;
   };
   bool sample_ran = false;
-  cell.failures[kReferenceCheck] = attempt([&] {
+  const std::string sample_error = attempt([&] {
     run(threads.main, false, outputs.sample);
     sample_ran = true;
     return std::string();
   });
   if (!sample_ran) {
     const std::string not_run = "not run: the sample's call failed";
+    cell.failures[kReferenceCheck] = sample_error;
     cell.failures[kBatchCheck] = not_run;
     cell.failures[kThreadsCheck] = not_run;
     return;

@@ -10,8 +10,6 @@
 namespace kernel_align::cases {
 namespace {
 
-constexpr std::size_t kBytesPerThread = std::size_t{1} << 20;
-
 // Whether the two spans (of one size) hold the same bytes, compared on every core.
 bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
   std::atomic<bool> differ{false};

@@ -6,12 +6,6 @@
 #include <vector>
 
 namespace kernel_align::cases {
-namespace {
-
-// Below this many bytes a thread's start (tens of microseconds) costs more than it saves.
-constexpr std::size_t kBytesPerThread = std::size_t{1} << 20;
-
-}  // namespace
 
 void split_over_cores(std::size_t n, std::size_t grain,
                       const std::function<void(std::size_t, std::size_t)>& fn) {

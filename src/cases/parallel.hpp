@@ -9,6 +9,10 @@
 
 namespace kernel_align::cases {
 
+// Below about this many bytes per range, a thread's start (tens of microseconds) costs
+// more than it saves: the grain of the byte-wise work (zero_fill, byte_difference).
+inline constexpr std::size_t kBytesPerThread = std::size_t{1} << 20;
+
 // Calls fn(begin, end) on contiguous ranges that cover [0, n) in order, each on its own
 // thread (the caller runs the first), at most one range per hardware thread and each at
 // least `grain` long (one range, on the caller, when n < 2 * grain). Returns when every
