@@ -187,44 +187,77 @@ void with_format_of_rows(const RowPlan& p, const Body& body) {
 
 // ---- Where rows are ----------------------------------------------------------------
 
-// Leading indices of rows begin, begin + 1, ... in row-major order.
+// Where one row is in each tensor of the plan (element offsets), and its RoPE table row.
+// No default member initialisers: arrays of places are filled by RowWalk before use,
+// and zeroing them first cost a `rep stos` per batch (4 instructions per row).
+struct RowPlace {
+  std::int64_t x;
+  std::int64_t dy;
+  std::int64_t out;
+  std::int64_t table_row;
+};
+
+// The places of rows begin, begin + 1, ... (leading indices in row-major order). x and
+// out are always walked, dy and the table row only for the kernels that read them
+// (kDy, kTable; the others' stay 0): a dead offset still cost an add, a store and a
+// register per row. kCarry: a step of the innermost index adds that dim's strides to
+// the offsets instead of recomputing them from the indices (three multiplies and two
+// adds per tensor), which an index wrap still does. Carrying cut the batched kernels'
+// instructions (bf16 fused forward 1.165 -> 1.140 per byte) at the same speed, but made
+// RoPE, whose loop goes one row at a time, 35% slower on 2026-12-03's Xeon at 5%
+// fewer instructions (A/B runs of one build with and without it; without hardware
+// counters on that VM the cause is not known), so RoPE recomputes.
+template <bool kDy, bool kTable, bool kCarry = true>
 class RowWalk {
  public:
-  RowWalk(const std::int64_t (&extents)[kLeadingDims], std::int64_t row) : extents_(extents) {
+  RowWalk(const RowPlan& p, std::int64_t row) : plan_(p) {
     for (int dim = kLeadingDims - 1; dim >= 0; --dim) {
-      index_[dim] = row % extents[dim];
-      row /= extents[dim];
+      index_[dim] = row % p.extents[dim];
+      row /= p.extents[dim];
     }
+    inner_ = {p.x.strides[kInner], kDy ? p.dy.strides[kInner] : 0, p.out.strides[kInner],
+              kTable && p.rope.seq_dim == kInner ? 1 : 0};
+    recompute();
   }
-  std::int64_t index(int dim) const { return index_[dim]; }
-  std::int64_t offset(const std::int64_t (&strides)[kLeadingDims]) const {
-    return index_[0] * strides[0] + index_[1] * strides[1] + index_[2] * strides[2];
-  }
-  void next() {
-    for (int dim = kLeadingDims - 1; dim > 0; --dim) {
-      if (++index_[dim] < extents_[dim]) return;
+  const RowPlace& place() const { return place_; }
+  KA_INLINE void next() {
+    if (++index_[kInner] < plan_.extents[kInner]) {
+      if constexpr (kCarry) {
+        place_.x += inner_.x;
+        if constexpr (kDy) place_.dy += inner_.dy;
+        place_.out += inner_.out;
+        if constexpr (kTable) place_.table_row += inner_.table_row;
+      } else {
+        recompute();
+      }
+      return;
+    }
+    index_[kInner] = 0;
+    for (int dim = kInner - 1; dim > 0; --dim) {
+      if (++index_[dim] < plan_.extents[dim]) return recompute();
       index_[dim] = 0;
     }
     ++index_[0];
+    recompute();
   }
 
  private:
-  const std::int64_t (&extents_)[kLeadingDims];
-  std::int64_t index_[kLeadingDims] = {};
-};
+  static constexpr int kInner = kLeadingDims - 1;
+  static std::int64_t offset(const std::int64_t (&index)[kLeadingDims],
+                             const std::int64_t (&strides)[kLeadingDims]) {
+    return index[0] * strides[0] + index[1] * strides[1] + index[2] * strides[2];
+  }
+  void recompute() {
+    place_ = {offset(index_, plan_.x.strides), kDy ? offset(index_, plan_.dy.strides) : 0,
+              offset(index_, plan_.out.strides),
+              kTable ? plan_.rope.seq_offset + index_[plan_.rope.seq_dim] : 0};
+  }
 
-// Where one row is in each tensor of the plan (element offsets), and its RoPE table row.
-struct RowPlace {
-  std::int64_t x = 0;
-  std::int64_t dy = 0;
-  std::int64_t out = 0;
-  std::int64_t table_row = 0;
+  const RowPlan& plan_;
+  std::int64_t index_[kLeadingDims];
+  RowPlace inner_;  // what one step of the innermost index adds
+  RowPlace place_;
 };
-
-KA_INLINE RowPlace place_of(const RowPlan& p, const RowWalk& row) {
-  return {row.offset(p.x.strides), row.offset(p.dy.strides), row.offset(p.out.strides),
-          p.rope.seq_offset + row.index(p.rope.seq_dim)};
-}
 
 // ---- Loading chunks ----------------------------------------------------------------
 
@@ -536,6 +569,10 @@ struct RowRstd {
   float rstd[kRows];
 };
 
+// The rows are loaded whole first, then summed from the stack: loading each chunk as it
+// is summed (widen, store, square, add in one loop) saved the load per 8 lanes that
+// reads a chunk back, but made the bf16 and fp16 rmsnorm forward 15-25% slower on
+// 2026-12-03's Xeon (A/B runs of the same build, AVX2 path).
 template <class V, class Format, class Rows, int kRows = Rows::kRows>
 KA_INLINE void rstd_of_rows(const NormParams& norm, Format format, const Rows& x,
                             RowRstd<kRows>& out) {
@@ -706,13 +743,16 @@ KA_INLINE void rotate_chunks(const RopeParams& rope, const RotationTable<V, Form
     return V::add(V::mul(x, table.cos[c]), V::mul(partner, table.sin[c]));
   };
   const int d = format.length();
-  // The two loops below stay rolled: unrolled (g++ 12 does it by itself once the stores
-  // have no branch), the table's loads are hoisted to the row's start and spilled to
-  // other stack slots, a copy of the table per row (+35% instructions for fp32 RoPE).
+  // The interleaved loop (Qwen-Image's pairing, the benchmark's case) is unrolled over a
+  // whole D = 128 row: that drops each chunk's pointer increments and branch (bf16 RoPE
+  // 0.581 -> 0.512 instructions per byte; unrolled 2 or 4 times, 0.542 and 0.531) and,
+  // with the table expanded out of line (expand_table_row), g++ no longer hoists and
+  // spills the table's loads as it did when this loop was first unrolled (+35% then).
+  // The half-split loop stays rolled: no benchmark case measures an unrolled copy.
   if (rope.interleaved) {
     // Pairs are adjacent lanes of one chunk (a row's length is even).
     const int chunks = format.chunks();
-#pragma GCC unroll 1
+#pragma GCC unroll 8
     for (int c = 0; c < chunks; ++c) {
       const F x = produce(c);
       consume(c, rotated(c, x, V::swap_pairs(x)));
@@ -752,18 +792,18 @@ KA_INLINE void rotate_chunks(const RopeParams& rope, const RotationTable<V, Form
 // their kernel for the same reason.
 
 // The places of the next kRows rows, from `row` on.
-template <int kRows>
-KA_INLINE void next_places(const RowPlan& p, RowWalk& row, RowPlace (&at)[kRows]) {
-  for (int b = 0; b < kRows; ++b, row.next()) at[b] = place_of(p, row);
+template <int kRows, class Walk>
+KA_INLINE void next_places(Walk& row, RowPlace (&at)[kRows]) {
+  for (int b = 0; b < kRows; ++b, row.next()) at[b] = row.place();
 }
 
 // ---- rmsnorm forward
 
-template <class V, bool kStream, int kRows, class Format>
+template <class V, bool kStream, int kRows, class Format, class Walk>
 KA_INLINE void rmsnorm_forward_batch(const RowPlan& p, Format format,
-                                     const RowWeight<V, Format>& weight, RowWalk& row) {
+                                     const RowWeight<V, Format>& weight, Walk& row) {
   RowPlace at[kRows];
-  next_places(p, row, at);
+  next_places(row, at);
   InputRows<V, Format, kRows> x;
   for (int b = 0; b < kRows; ++b) x.load(b, p.x, at[b].x, format);
   RowRstd<kRows> rows;
@@ -791,7 +831,7 @@ void rmsnorm_forward_rows(const RowPlan& plan, Format format, std::int64_t begin
   constexpr int kBatch = kBatchRows<Format>;
   RowWeight<V, Format> weight;
   load_weight<V>(p.norm, format, weight);
-  RowWalk row(p.extents, begin);
+  RowWalk</*kDy=*/false, /*kTable=*/false> row(p, begin);
   std::int64_t r = begin;
   for (; end - r >= kBatch; r += kBatch) {
     rmsnorm_forward_batch<V, kStream, kBatch>(p, format, weight, row);
@@ -809,12 +849,12 @@ void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_
 
 // ---- rmsnorm backward
 
-template <class V, bool kStream, int kRows, class Format>
+template <class V, bool kStream, int kRows, class Format, class Walk>
 KA_INLINE void rmsnorm_backward_batch(const RowPlan& p, Format format,
-                                      const RowWeight<V, Format>& weight, RowWalk& row,
+                                      const RowWeight<V, Format>& weight, Walk& row,
                                       DwSums<V, Format>* dw) {
   RowPlace at[kRows];
-  next_places(p, row, at);
+  next_places(row, at);
   InputRows<V, Format, kRows> x;
   InputRows<V, Format, kRows> dy;
   for (int b = 0; b < kRows; ++b) {
@@ -834,7 +874,7 @@ void rmsnorm_backward_rows(const RowPlan& plan, Format format, std::int64_t begi
   load_weight<V>(p.norm, format, weight);
   DwSums<V, Format> dw(format);
   DwSums<V, Format>* const dw_sums = dw_partial != nullptr ? &dw : nullptr;
-  RowWalk row(p.extents, begin);
+  RowWalk</*kDy=*/true, /*kTable=*/false> row(p, begin);
   std::int64_t r = begin;
   for (; end - r >= kBatch; r += kBatch) {
     rmsnorm_backward_batch<V, kStream, kBatch>(p, format, weight, row, dw_sums);
@@ -859,9 +899,9 @@ template <class V, bool kStream, class Format>
 void rope_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end) {
   const RowPlan p = plan;
   RotationTable<V, Format> table;
-  RowWalk row(p.extents, begin);
+  RowWalk</*kDy=*/false, /*kTable=*/true, /*kCarry=*/false> row(p, begin);
   for (std::int64_t r = begin; r < end; ++r, row.next()) {
-    const RowPlace at = place_of(p, row);
+    const RowPlace at = row.place();
     rotate_chunks<V>(
         p.rope, table_for<V>(p.rope, at.table_row, format, table), format,
         [&](int c) KA_INLINE_LAMBDA { return load_chunk<V>(p.x, at.x, c, format); },
@@ -880,10 +920,10 @@ void rope_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, floa
 // ---- fused forward: rope(rmsnorm(x)) through a row of out's dtype (the unfused ops'
 // intermediate tensor)
 
-template <class V, bool kStream, int kRows, class Format>
+template <class V, bool kStream, int kRows, class Format, class Walk>
 KA_INLINE void norm_rope_forward_batch(const RowPlan& p, Format format,
                                        const RowWeight<V, Format>& weight,
-                                       RotationTable<V, Format>& table, RowWalk& row) {
+                                       RotationTable<V, Format>& table, Walk& row) {
   // Before the rotation only bf16 roundings have a select (round_f16 has none, fp32's
   // is the identity), so formats of fp32 or fp16 throughout take one path: a second
   // copy of the row loop would cost code and registers for nothing (measured: +7%
@@ -891,7 +931,7 @@ KA_INLINE void norm_rope_forward_batch(const RowPlan& p, Format format,
   constexpr bool kSplit =
       Format::kDType == kAnyDType || Format::kDType == static_cast<int>(DType::BF16);
   RowPlace at[kRows];
-  next_places(p, row, at);
+  next_places(row, at);
   InputRows<V, Format, kRows> x;
   for (int b = 0; b < kRows; ++b) x.load(b, p.x, at[b].x, format);
   RowRstd<kRows> rows;
@@ -927,7 +967,7 @@ void norm_rope_forward_rows(const RowPlan& plan, Format format, std::int64_t beg
   RowWeight<V, Format> weight;
   load_weight<V>(p.norm, format, weight);
   RotationTable<V, Format> table;
-  RowWalk row(p.extents, begin);
+  RowWalk</*kDy=*/false, /*kTable=*/true> row(p, begin);
   std::int64_t r = begin;
   for (; end - r >= kBatch; r += kBatch) {
     norm_rope_forward_batch<V, kStream, kBatch>(p, format, weight, table, row);
@@ -946,13 +986,13 @@ void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int6
 // ---- fused backward: the rmsnorm backward of (x, g), g = the transpose rotation of dy
 // through a row of dy's dtype (the unfused ops' intermediate tensor)
 
-template <class V, bool kStream, int kRows, class Format>
+template <class V, bool kStream, int kRows, class Format, class Walk>
 KA_INLINE void norm_rope_backward_batch(const RowPlan& p, Format format,
                                         const RowWeight<V, Format>& weight,
-                                        RotationTable<V, Format>& table, RowWalk& row,
+                                        RotationTable<V, Format>& table, Walk& row,
                                         DwSums<V, Format>* dw) {
   RowPlace at[kRows];
-  next_places(p, row, at);
+  next_places(row, at);
   InputRows<V, Format, kRows> x;
   StagedRows<V, Format, kRows> g;
   for (int b = 0; b < kRows; ++b) {
@@ -977,7 +1017,7 @@ void norm_rope_backward_rows(const RowPlan& plan, Format format, std::int64_t be
   RotationTable<V, Format> table;
   DwSums<V, Format> dw(format);
   DwSums<V, Format>* const dw_sums = dw_partial != nullptr ? &dw : nullptr;
-  RowWalk row(p.extents, begin);
+  RowWalk</*kDy=*/true, /*kTable=*/true> row(p, begin);
   std::int64_t r = begin;
   for (; end - r >= kBatch; r += kBatch) {
     norm_rope_backward_batch<V, kStream, kBatch>(p, format, weight, table, row, dw_sums);
