@@ -427,7 +427,11 @@ def op_bytes(op, t):
 
 def ours(op, t, text_len, in_place):
     """Our raw op, returning its outputs: in place on copies of the inputs (the ops
-    with an in-place variant), or into new outputs."""
+    with an in-place variant), or into new outputs. The in-place call carries
+    `restore`, which copies the inputs back into its buffers: timed without it, the
+    fused op normalised its own output over and over, and after about a hundred calls
+    12% of the fp32 elements were subnormal and a call took 15-20x as long (docs/
+    performance.md, "Results of 2026-12-03")."""
     import torch
     ops = torch.ops.kernel_align
     fused = (*t.weights, t.cos, t.sin, text_len, ct.EPS, "diffusers", "interleaved", "bshd")
@@ -440,6 +444,11 @@ def ours(op, t, text_len, in_place):
             else:
                 ops.qk_norm_rope_(*buffers, *fused)
             return buffers
+
+        def restore():
+            for buffer, source in zip(buffers, (t.q, t.k)):
+                buffer.copy_(source)
+        run.restore = restore
         return run
     calls = {
         "qk_rmsnorm_fwd": lambda: [ops.qk_rmsnorm(t.q, t.weights[2], ct.EPS, "diffusers", None)],
@@ -515,7 +524,9 @@ def measure(args):
                         samples = {impl: [] for impl, c in cases.items() if callable(c)}
                         for _ in range(rounds):
                             for impl in samples:
-                                samples[impl].append(ct.time_ms(cases[impl], *timing)[0])
+                                samples[impl].append(ct.time_ms(
+                                    cases[impl], *timing,
+                                    before=getattr(cases[impl], "restore", None))[0])
                         row = dict(op=op, dtype=dtype, shape=shape, threads=threads,
                                    bytes=op_bytes(op, t))
                         for impl in IMPLS:  # "-": not built (not asked for, or no such variant)

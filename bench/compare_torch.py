@@ -368,19 +368,24 @@ def case_builders(impls, compile_now):
     return builders
 
 
-def time_ms(fn, min_reps, max_reps, budget_s, last_call=None):
+def time_ms(fn, min_reps, max_reps, budget_s, last_call=None, before=None):
     """Median wall time of fn in ms, after one untimed call (for compile: the compile).
+    before, if given, runs ahead of every call of fn, outside the timed region.
 
     With last_call (kernel_align.last_call), also the medians over calls of (fn's time /
     the C++ call's time inside it) - 1 and of (fn's time / the backend's time inside
     it) - 1, in %: the binding overhead paired call by call, so that a slow-down of the
     machine that hits both halves of a call cancels out."""
+    if before is not None:
+        before()
     fn()
     samples = []
     paired = {"call": [], "backend": []}
     t_start = time.perf_counter()
     while len(samples) < min_reps or (len(samples) < max_reps
                                       and time.perf_counter() - t_start < budget_s):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         elapsed = time.perf_counter() - t0

@@ -82,3 +82,17 @@ def test_check_refuses_wrong_outputs(dtype, generator, tmp_path):
     nan = y.clone()
     nan[0, 0, 0, 0] = math.nan
     assert not cp.check(op, [nan], expected, expected)["ok"]
+
+
+@pytest.mark.parametrize("op", sorted(cp.IN_PLACE_OPS))
+def test_in_place_timing_restores_the_inputs_before_every_call(op, generator):
+    # Each timed in-place call must see the inputs, not the last call's outputs: then
+    # every call gives the bytes of the new-output op.
+    t = tiny(torch.float32, generator)
+    expected = cp.ours(op, t, TEXT_LEN, in_place=False)()
+    run = cp.ours(op, t, TEXT_LEN, in_place=True)
+    outputs = []
+    ct.time_ms(lambda: outputs.append([o.clone() for o in run()]), 3, 3, 0.0, before=run.restore)
+    assert len(outputs) == 4  # the untimed first call and three timed ones
+    for output in outputs:
+        assert all(torch.equal(o, e) for o, e in zip(output, expected, strict=True))
