@@ -436,7 +436,8 @@ def ours(op, t, text_len, in_place):
     ops = torch.ops.kernel_align
     fused = (*t.weights, t.cos, t.sin, text_len, ct.EPS, "diffusers", "interleaved", "bshd")
     if in_place:
-        buffers = [t.q.clone()] if op == "multi_axis_rope_fwd" else [t.q.clone(), t.k.clone()]
+        sources = (t.q,) if op == "multi_axis_rope_fwd" else (t.q, t.k)
+        buffers = [source.clone() for source in sources]
 
         def run():
             if op == "multi_axis_rope_fwd":
@@ -446,7 +447,7 @@ def ours(op, t, text_len, in_place):
             return buffers
 
         def restore():
-            for buffer, source in zip(buffers, (t.q, t.k)):
+            for buffer, source in zip(buffers, sources, strict=True):
                 buffer.copy_(source)
         run.restore = restore
         return run
