@@ -426,11 +426,11 @@ TEST_P(KernelsSmoke, FusedNormRope) {
   RecordProperty("cases", cases_);
 }
 
-// The forward kernels drop the NaN select of a row's roundings when the row is
-// NaN-free (finite sum of squares and rstd, a finite nonzero weight: rms_row_nan_free
-// in row_kernels.hpp), and keep it otherwise. Rows of kind r % 7, so that every batch
-// of 4 rows mixes kinds and a row's choice cannot leak into its neighbours':
-//   0 plain; 1 plain but one NaN; 2 plain but one +-Inf; 3 finite with a sum of
+// The forward kernels (and the backwards' dw terms) drop the NaN select of a row's
+// roundings when the row is NaN-free (finite sum of squares and rstd, a finite nonzero weight:
+// rms_row_nan_free in row_kernels.hpp), and keep it otherwise. Rows of kind r % 7, so that every
+// batch of 4 rows mixes kinds and a row's choice cannot leak into its neighbours':
+//   0 plain; 1 plain but one NaN (payloads below); 2 plain but one +-Inf; 3 finite with a sum of
 //   squares that overflows (fp16 cannot: its largest values); 4 zeros of both signs
 //   (rstd = Inf with eps = 0); 5 values whose squares underflow, some exact zeros
 //   (rstd huge or Inf, x * rstd Inf or NaN); 6 one element 1, the rest 0.
@@ -447,7 +447,10 @@ void fill_split_rows(PlacedBuffer& b, Rng& rng) {
     const bool special = i % d == special_at;
     float v = static_cast<float>(rng.uniform(-2.0, 2.0));
     if (kind == 1 && special) {
-      b.set_bits(i, nan_bits);
+      // Half of them with every payload bit set: fp32 0x7FFFFFFF (and fp16's, widened)
+      // rounded to bf16 without the select carries into the sign bit and gives -0.
+      const std::uint32_t all_ones = t == DType::F32 ? 0x7FFFFFFFu : 0x7FFFu;
+      b.set_bits(i, rng.below(2) == 0 ? nan_bits : all_ones);
       continue;
     }
     if (kind == 2 && special) v = contract::float_of(rng.below(2) == 0 ? 0x7F800000u : 0xFF800000u);
@@ -513,6 +516,29 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                   }
                   return Outputs{test::named_bytes("y", y)};
                 });
+                // The backward's dw terms round x * rstd as the forward does (NaN-free rows
+                // drop the select there); dy mixes the same kinds of rows.
+                PlacedBuffer dy(out, x.shape());
+                fill_split_rows(dy, rng);
+                check("rmsnorm_backward " + name, [&](const cpu::RowKernels* k) {
+                  PlacedBuffer dx(out, x.shape());
+                  std::optional<PlacedBuffer> dw;
+                  if (wt) dw.emplace(*wt, std::vector<std::int64_t>{d});
+                  std::optional<TensorView> dwv;
+                  if (dw) dwv = dw->view();
+                  const auto p =
+                      detail::rmsnorm_backward_call(x.cview(), dy.cview(), cview(w), dx.view(), dwv,
+                                                    RmsNormOptions{eps, mode})
+                          .problem;
+                  if (k == nullptr) {
+                    reference::qk_rmsnorm_backward(p);
+                  } else {
+                    backward_rows(k->rmsnorm_backward, cpu::row_plan(p), rows_of(x.cview()), p.dw);
+                  }
+                  Outputs outputs{test::named_bytes("dx", dx)};
+                  if (dw) outputs.push_back(test::named_bytes("dw", *dw));
+                  return outputs;
+                });
 
                 constexpr std::int64_t kSeq = 7;
                 PlacedBuffer q(in, stored_shape(Layout::BSHD, kSeq, 3, d));
@@ -539,6 +565,42 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                   norm_rope_forward_streams(p, kern);
                   return Outputs{test::named_bytes("q_out", q_out),
                                  test::named_bytes("k_out", k_out)};
+                });
+                PlacedBuffer dq_out(out, q.shape());
+                PlacedBuffer dk_out(out, kx.shape());
+                fill_split_rows(dq_out, rng);
+                fill_split_rows(dk_out, rng);
+                check("norm_rope_backward " + name, [&](const cpu::RowKernels* kern) {
+                  PlacedBuffer dq(out, q.shape());
+                  PlacedBuffer dk(out, kx.shape());
+                  std::array<std::optional<PlacedBuffer>, 4> dw;
+                  if (wt) {
+                    for (auto& one : dw) one.emplace(*wt, std::vector<std::int64_t>{d});
+                  }
+                  const auto view_of = [](std::optional<PlacedBuffer>& b) {
+                    return b ? std::optional<TensorView>(b->view()) : std::nullopt;
+                  };
+                  const QkNormWeightGrads dwv{view_of(dw[0]), view_of(dw[1]), view_of(dw[2]),
+                                              view_of(dw[3])};
+                  const auto p =
+                      detail::qk_norm_rope_backward_call(
+                          q.cview(), kx.cview(), dq_out.cview(), dk_out.cview(), wv,
+                          tables[0].cview(), tables[1].cview(), dq.view(), dk.view(), dwv, options)
+                          .problem;
+                  for (const auto& stream : p.streams) {
+                    if (kern == nullptr) {
+                      reference::norm_rope_backward(stream);
+                    } else {
+                      backward_rows(kern->norm_rope_backward, cpu::row_plan(stream),
+                                    rows_of(stream.x), stream.dw);
+                    }
+                  }
+                  Outputs outputs{test::named_bytes("dq", dq), test::named_bytes("dk", dk)};
+                  for (std::size_t i = 0; i < dw.size(); ++i) {
+                    if (dw[i])
+                      outputs.push_back(test::named_bytes("dw" + std::to_string(i), *dw[i]));
+                  }
+                  return outputs;
                 });
               }
             }

@@ -94,6 +94,7 @@ constexpr DType norm_rounding(const NormParams& norm) {
 template <int kFixedLength, int kFixedDType, int kFixedNormDType = kFixedDType>
 struct RowFormat {
   static constexpr int kDType = kFixedDType;
+  static constexpr int kNormDType = kFixedNormDType;
   // A fixed length is only chosen for rows whose elements are adjacent (step 1) in x,
   // dy and out, and it is a multiple of 16: every chunk is full and is loaded and
   // stored in place, with no gather, scatter or tail.
@@ -555,9 +556,11 @@ KA_INLINE typename V::F rms_forward(const NormParams& norm, Format format, typen
 // So the rounding through the weight's dtype, the output rounding of rmsnorm, and the
 // fused forward's rounding to its intermediate tensor see no NaN. The rotation after
 // it is not covered: its products may overflow and Inf - Inf is NaN, so the fused
-// forward's final store keeps the select. RoPE alone (user tables are unbounded and
-// x may hold Inf) and the backwards (rstd * g - x * coef may be Inf - Inf) have no
-// condition this cheap and keep the select everywhere.
+// forward's final store keeps the select. The backwards round the same x_i * rstd
+// through the weight's dtype for their dw terms, so that rounding drops the select
+// under the first two conditions (the weight does not enter it). RoPE alone (user
+// tables are unbounded and x may hold Inf) and the backwards' dx (rstd * g - x * coef
+// may be Inf - Inf) have no condition this cheap and keep the select everywhere.
 inline bool rms_row_nan_free(float sum_squares, float rstd, bool weight_finite_nonzero) {
   return is_finite(sum_squares) && is_finite(rstd) && weight_finite_nonzero;
 }
@@ -635,25 +638,39 @@ KA_INLINE void rms_backward_rows(const NormParams& norm, const RowWeight<V, Form
       dots[b] = V::add(dots[b], V::mul(V::mul(g.chunk(b, c), weight.chunk[c]), xc));
     }
   }
+  // Only a bf16 rounding has a select that NaN-free rows can drop (as in the fused
+  // forward): formats whose normalised values round through fp32 or fp16 keep one path.
+  constexpr bool kSplit =
+      Format::kNormDType == kAnyDType || Format::kNormDType == static_cast<int>(DType::BF16);
   for (int b = 0; b < kRows; ++b) {
     // contract::rms_backward_row from the two sums.
-    const contract::RmsBackwardRow row = contract::rms_backward_constants(
-        contract::rms_rstd(V::tree_reduce(squares[b]), format.length(), norm.eps),
-        V::tree_reduce(dots[b]), format.length());
+    const float sum_squares = V::tree_reduce(squares[b]);
+    const contract::RmsBackwardRow row =
+        contract::rms_backward_constants(contract::rms_rstd(sum_squares, format.length(), norm.eps),
+                                         V::tree_reduce(dots[b]), format.length());
     const F r = V::broadcast(row.rstd);
     const F k = V::broadcast(row.coef);
-    with_flags(
-        [&](auto has_dw) KA_INLINE_LAMBDA {
-          for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
-            const auto& xc = x.chunk(b, c);
-            const auto& gc = g.chunk(b, c);
-            if constexpr (has_dw) dw->add(c, V::mul(gc, normalized<V>(norm, format, r, xc)));
-            store_chunk<V, false, kStream>(
-                out, at[b].out, c, format,
-                V::sub(V::mul(r, V::mul(gc, weight.chunk[c])), V::mul(xc, k)));
-          });
-        },
-        dw != nullptr);
+    const auto output_pass = [&](auto has_dw, auto nan_free) KA_INLINE_LAMBDA {
+      for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
+        const auto& xc = x.chunk(b, c);
+        const auto& gc = g.chunk(b, c);
+        if constexpr (has_dw) {
+          dw->add(c, V::mul(gc, normalized<V, nan_free>(norm, format, r, xc)));
+        }
+        store_chunk<V, false, kStream>(
+            out, at[b].out, c, format,
+            V::sub(V::mul(r, V::mul(gc, weight.chunk[c])), V::mul(xc, k)));
+      });
+    };
+    if (dw == nullptr) {
+      output_pass(std::false_type{}, std::false_type{});
+    } else {
+      // The dw terms' normalised values are the forward's (x * rstd rounded through the
+      // weight's dtype), NaN-free under the forward's condition on x alone: the weight
+      // does not enter them. dx keeps its select (rstd * g - x * coef may be Inf - Inf).
+      with_flags([&](auto nan_free) KA_INLINE_LAMBDA { output_pass(std::true_type{}, nan_free); },
+                 kSplit && rms_row_nan_free(sum_squares, row.rstd, /*weight_finite_nonzero=*/true));
+    }
   }
 }
 
