@@ -40,10 +40,12 @@ DTYPE_ORDER = ["fp32", "bf16", "fp16"]
 SHAPE_ORDER = ["t2i_1024x1024", "t2i_1328x1328", "t2i_1664x928", "edit_1024x1024+ref1024x1024"]
 PATH_ORDER = ["copy", "reference", "api-default", "cpu-portable", "cpu-avx2", "cpu-avx512"]
 
-# The issue's targets (never lowered here: a row that misses one says so).
+# The issues' targets (never lowered here: a row that misses one says so). Fused over
+# unfused by direction, issue 13's: forward 1.7x, backward 1.5x (90% of the 5/3 traffic
+# ratio derived in docs/performance.md).
 TARGET_RATIO_1_THREAD = 1.00
 TARGET_RATIO_ALL_THREADS = 0.90
-TARGET_FUSED_SPEEDUP = 1.7
+TARGET_FUSED_SPEEDUP = {"fwd": 1.7, "bwd": 1.5}
 
 
 @dataclass
@@ -189,8 +191,8 @@ def fused_table(cases, targets: bool) -> str:
             if c.path in ("reference", "api-default"):
                 row += " - |"
             else:
-                ok = speedup >= TARGET_FUSED_SPEEDUP
-                row += f" {'met' if ok else 'NOT met'} (>= {TARGET_FUSED_SPEEDUP}x) |"
+                target = TARGET_FUSED_SPEEDUP[direction]
+                row += f" {'met' if speedup >= target else 'NOT met'} (>= {target}x) |"
         lines.append(row)
     return "\n".join(lines)
 
