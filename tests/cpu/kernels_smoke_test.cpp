@@ -198,6 +198,43 @@ void norm_rope_forward_streams(const detail::QkNormRopeForwardProblem& p,
   }
 }
 
+// The fused backward of q and k into dq and dk (dq_out and dk_out may be views of them:
+// in place) and, when there is a weight dtype, four dw of it: with `kernels` by dw
+// blocks, or with the reference when kernels is null. Returns every output's bytes.
+Outputs norm_rope_backward_outputs(const ConstTensorView& q, const ConstTensorView& k,
+                                   const ConstTensorView& dq_out, const ConstTensorView& dk_out,
+                                   const QkNormWeights& weights,
+                                   const std::array<PlacedBuffer, 2>& tables,
+                                   std::optional<DType> weight_dtype,
+                                   const QkNormRopeOptions& options, PlacedBuffer& dq,
+                                   PlacedBuffer& dk, const cpu::RowKernels* kernels) {
+  std::array<std::optional<PlacedBuffer>, 4> dw;
+  if (weight_dtype) {
+    for (auto& one : dw) one.emplace(*weight_dtype, std::vector<std::int64_t>{q.shape[q.rank - 1]});
+  }
+  const auto view_of = [](std::optional<PlacedBuffer>& b) {
+    return b ? std::optional<TensorView>(b->view()) : std::nullopt;
+  };
+  const QkNormWeightGrads dwv{view_of(dw[0]), view_of(dw[1]), view_of(dw[2]), view_of(dw[3])};
+  const auto p =
+      detail::qk_norm_rope_backward_call(q, k, dq_out, dk_out, weights, tables[0].cview(),
+                                         tables[1].cview(), dq.view(), dk.view(), dwv, options)
+          .problem;
+  for (const auto& stream : p.streams) {
+    if (kernels == nullptr) {
+      reference::norm_rope_backward(stream);
+    } else {
+      backward_rows(kernels->norm_rope_backward, cpu::row_plan(stream), rows_of(stream.x),
+                    stream.dw);
+    }
+  }
+  Outputs outputs{test::named_bytes("dq", dq), test::named_bytes("dk", dk)};
+  for (std::size_t i = 0; i < dw.size(); ++i) {
+    if (dw[i]) outputs.push_back(test::named_bytes("dw" + std::to_string(i), *dw[i]));
+  }
+  return outputs;
+}
+
 // One case: `run(kernels)` computes its outputs on fresh storage with the given
 // kernels, or with the reference backend when kernels is null.
 using CaseRun = std::function<Outputs(const cpu::RowKernels* kernels)>;
@@ -387,36 +424,11 @@ TEST_P(KernelsSmoke, FusedNormRope) {
                   [&](const cpu::RowKernels* kern) {
                     PlacedBuffer dq = make_output(out, dq_out, m);
                     PlacedBuffer dk = make_output(out, dk_out, m);
-                    std::array<std::optional<PlacedBuffer>, 4> dw;
-                    if (wt) {
-                      for (auto& one : dw) one.emplace(*wt, std::vector<std::int64_t>{d});
-                    }
-                    const auto view_of = [](std::optional<PlacedBuffer>& b) {
-                      return b ? std::optional<TensorView>(b->view()) : std::nullopt;
-                    };
-                    const QkNormWeightGrads dwv{view_of(dw[0]), view_of(dw[1]), view_of(dw[2]),
-                                                view_of(dw[3])};
                     const bool in_place = m == Memory::InPlace && dy_dtype == out;
-                    const auto p =
-                        detail::qk_norm_rope_backward_call(
-                            q.cview(), k.cview(), in_place ? dq.cview() : dq_out.cview(),
-                            in_place ? dk.cview() : dk_out.cview(), wv, tables[0].cview(),
-                            tables[1].cview(), dq.view(), dk.view(), dwv, options)
-                            .problem;
-                    for (const auto& stream : p.streams) {
-                      if (kern == nullptr) {
-                        reference::norm_rope_backward(stream);
-                      } else {
-                        backward_rows(kern->norm_rope_backward, cpu::row_plan(stream),
-                                      rows_of(stream.x), stream.dw);
-                      }
-                    }
-                    Outputs outputs{test::named_bytes("dq", dq), test::named_bytes("dk", dk)};
-                    for (std::size_t i = 0; i < dw.size(); ++i) {
-                      if (dw[i])
-                        outputs.push_back(test::named_bytes("dw" + std::to_string(i), *dw[i]));
-                    }
-                    return outputs;
+                    return norm_rope_backward_outputs(q.cview(), k.cview(),
+                                                      in_place ? dq.cview() : dq_out.cview(),
+                                                      in_place ? dk.cview() : dk_out.cview(), wv,
+                                                      tables, wt, options, dq, dk, kern);
                   });
           }
         }
@@ -573,34 +585,9 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                 check("norm_rope_backward " + name, [&](const cpu::RowKernels* kern) {
                   PlacedBuffer dq(out, q.shape());
                   PlacedBuffer dk(out, kx.shape());
-                  std::array<std::optional<PlacedBuffer>, 4> dw;
-                  if (wt) {
-                    for (auto& one : dw) one.emplace(*wt, std::vector<std::int64_t>{d});
-                  }
-                  const auto view_of = [](std::optional<PlacedBuffer>& b) {
-                    return b ? std::optional<TensorView>(b->view()) : std::nullopt;
-                  };
-                  const QkNormWeightGrads dwv{view_of(dw[0]), view_of(dw[1]), view_of(dw[2]),
-                                              view_of(dw[3])};
-                  const auto p =
-                      detail::qk_norm_rope_backward_call(
-                          q.cview(), kx.cview(), dq_out.cview(), dk_out.cview(), wv,
-                          tables[0].cview(), tables[1].cview(), dq.view(), dk.view(), dwv, options)
-                          .problem;
-                  for (const auto& stream : p.streams) {
-                    if (kern == nullptr) {
-                      reference::norm_rope_backward(stream);
-                    } else {
-                      backward_rows(kern->norm_rope_backward, cpu::row_plan(stream),
-                                    rows_of(stream.x), stream.dw);
-                    }
-                  }
-                  Outputs outputs{test::named_bytes("dq", dq), test::named_bytes("dk", dk)};
-                  for (std::size_t i = 0; i < dw.size(); ++i) {
-                    if (dw[i])
-                      outputs.push_back(test::named_bytes("dw" + std::to_string(i), *dw[i]));
-                  }
-                  return outputs;
+                  return norm_rope_backward_outputs(q.cview(), kx.cview(), dq_out.cview(),
+                                                    dk_out.cview(), wv, tables, wt, options, dq, dk,
+                                                    kern);
                 });
               }
             }
