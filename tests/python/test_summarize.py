@@ -39,3 +39,25 @@ def test_backward_is_judged_against_1_5_and_forward_against_1_7(tmp_path):
 def test_below_both_targets_is_not_met(tmp_path):
     rows = fused_rows(tmp_path, fused_ms=10.0, unfused_ms=14.0)  # 1.4x
     assert "NOT met" in rows["fwd"] and "NOT met" in rows["bwd"]
+
+
+def memcpy_target_cells(tmp_path, dtype, threads, ratio):
+    name = f"qk_rmsnorm_fwd/{dtype}/t2i_1024x1024/cpu-avx2/threads:{threads}"
+    path = tmp_path / "ratio.json"
+    path.write_text(json.dumps({"context": {}, "benchmarks": [{
+        "name": name + "/real_time", "run_name": name + "/real_time", "run_type": "iteration",
+        "real_time": 1.0, "cpu_time": 1.0, "time_unit": "ms", "ratio_to_copy": ratio}]}))
+    cases, _ = summarize.load([str(path)])
+    row = summarize.case_table(cases, targets=True).splitlines()[-1]
+    return row.rsplit("|", 2)[1].strip()
+
+
+def test_fp32_is_judged_against_issue_13s_0_9_at_one_thread_too(tmp_path):
+    cell = memcpy_target_cells(tmp_path, "fp32", 1, 0.95)
+    assert cell == "issue 3: NOT met (>= 1.00); issue 13: met (>= 0.90)", cell
+    cell = memcpy_target_cells(tmp_path, "fp32", 2, 0.85)
+    assert cell == "issue 3: NOT met (>= 0.90); issue 13: NOT met (>= 0.90)", cell
+
+
+def test_bf16_has_only_issue_3s_memcpy_target(tmp_path):
+    assert memcpy_target_cells(tmp_path, "bf16", 1, 1.05) == "issue 3: met (>= 1.00)"
