@@ -185,6 +185,42 @@ std::int64_t rows_of(const ConstTensorView& v) {
   return v.numel() / v.shape[v.rank - 1];
 }
 
+// The rmsnorm forward of x into y: with `kernels` in two ranges, or with the reference
+// when kernels is null. Returns y's bytes.
+Outputs rmsnorm_forward_outputs(const ConstTensorView& x, const std::optional<ConstTensorView>& w,
+                                const RmsNormOptions& options, PlacedBuffer& y,
+                                const cpu::RowKernels* kernels) {
+  const auto p = detail::rmsnorm_forward_call(x, w, y.view(), options).problem;
+  if (kernels == nullptr) {
+    reference::qk_rmsnorm_forward(p);
+  } else {
+    in_two_ranges(kernels->rmsnorm_forward, cpu::row_plan(p), rows_of(x));
+  }
+  return Outputs{test::named_bytes("y", y)};
+}
+
+// The rmsnorm backward of (x, dy) into dx (dy may be a view of it: in place) and, when
+// there is a weight, a dw of its dtype: with `kernels` by dw blocks, or with the
+// reference when kernels is null. Returns every output's bytes.
+Outputs rmsnorm_backward_outputs(const ConstTensorView& x, const ConstTensorView& dy,
+                                 const std::optional<ConstTensorView>& w,
+                                 const RmsNormOptions& options, PlacedBuffer& dx,
+                                 const cpu::RowKernels* kernels) {
+  std::optional<PlacedBuffer> dw;
+  if (w) dw.emplace(w->dtype, std::vector<std::int64_t>{w->shape[0]});
+  std::optional<TensorView> dwv;
+  if (dw) dwv = dw->view();
+  const auto p = detail::rmsnorm_backward_call(x, dy, w, dx.view(), dwv, options).problem;
+  if (kernels == nullptr) {
+    reference::qk_rmsnorm_backward(p);
+  } else {
+    backward_rows(kernels->rmsnorm_backward, cpu::row_plan(p), rows_of(x), p.dw);
+  }
+  Outputs outputs{test::named_bytes("dx", dx)};
+  if (dw) outputs.push_back(test::named_bytes("dw", *dw));
+  return outputs;
+}
+
 // The fused forward of every stream of `p`: with `kernels` in two ranges, or with the
 // reference when kernels is null.
 void norm_rope_forward_streams(const detail::QkNormRopeForwardProblem& p,
@@ -297,37 +333,16 @@ TEST_P(KernelsSmoke, RmsNorm) {
             const PlacedBuffer dy = make_tensor(dy_dtype, shape, m, rng);
             const std::optional<PlacedBuffer> w = make_weight(wt, d, m, rng);
             const RmsNormOptions options{1e-6f, mode};
-            const std::int64_t rows = rows_of(x.cview());
             check(describe_case("rmsnorm_forward", d, in, out, m), [&](const cpu::RowKernels* k) {
               PlacedBuffer y = make_output(out, x, m);
               const ConstTensorView xv = m == Memory::InPlace && in == out ? y.cview() : x.cview();
-              const auto p = detail::rmsnorm_forward_call(xv, cview(w), y.view(), options).problem;
-              if (k == nullptr) {
-                reference::qk_rmsnorm_forward(p);
-              } else {
-                in_two_ranges(k->rmsnorm_forward, cpu::row_plan(p), rows);
-              }
-              return Outputs{test::named_bytes("y", y)};
+              return rmsnorm_forward_outputs(xv, cview(w), options, y, k);
             });
             check(describe_case("rmsnorm_backward", d, in, out, m), [&](const cpu::RowKernels* k) {
               PlacedBuffer dx = make_output(out, dy, m);
-              std::optional<PlacedBuffer> dw;
-              if (w) dw.emplace(*wt, std::vector<std::int64_t>{d});
               const ConstTensorView dyv =
                   m == Memory::InPlace && dy_dtype == out ? dx.cview() : dy.cview();
-              std::optional<TensorView> dwv;
-              if (dw) dwv = dw->view();
-              const auto p =
-                  detail::rmsnorm_backward_call(x.cview(), dyv, cview(w), dx.view(), dwv, options)
-                      .problem;
-              if (k == nullptr) {
-                reference::qk_rmsnorm_backward(p);
-              } else {
-                backward_rows(k->rmsnorm_backward, cpu::row_plan(p), rows, p.dw);
-              }
-              Outputs outputs{test::named_bytes("dx", dx)};
-              if (dw) outputs.push_back(test::named_bytes("dw", *dw));
-              return outputs;
+              return rmsnorm_backward_outputs(x.cview(), dyv, cview(w), options, dx, k);
             });
           }
         }
@@ -518,15 +533,8 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                 const std::optional<PlacedBuffer> w = make_split_weight(wt, weight_kind, d, rng);
                 check("rmsnorm_forward " + name, [&](const cpu::RowKernels* k) {
                   PlacedBuffer y(out, x.shape());
-                  const auto p = detail::rmsnorm_forward_call(x.cview(), cview(w), y.view(),
-                                                              RmsNormOptions{eps, mode})
-                                     .problem;
-                  if (k == nullptr) {
-                    reference::qk_rmsnorm_forward(p);
-                  } else {
-                    in_two_ranges(k->rmsnorm_forward, cpu::row_plan(p), rows_of(x.cview()));
-                  }
-                  return Outputs{test::named_bytes("y", y)};
+                  return rmsnorm_forward_outputs(x.cview(), cview(w), RmsNormOptions{eps, mode}, y,
+                                                 k);
                 });
                 // The backward's dw terms round x * rstd as the forward does (NaN-free rows
                 // drop the select there); dy mixes the same kinds of rows.
@@ -534,22 +542,8 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
                 fill_split_rows(dy, rng);
                 check("rmsnorm_backward " + name, [&](const cpu::RowKernels* k) {
                   PlacedBuffer dx(out, x.shape());
-                  std::optional<PlacedBuffer> dw;
-                  if (wt) dw.emplace(*wt, std::vector<std::int64_t>{d});
-                  std::optional<TensorView> dwv;
-                  if (dw) dwv = dw->view();
-                  const auto p =
-                      detail::rmsnorm_backward_call(x.cview(), dy.cview(), cview(w), dx.view(), dwv,
-                                                    RmsNormOptions{eps, mode})
-                          .problem;
-                  if (k == nullptr) {
-                    reference::qk_rmsnorm_backward(p);
-                  } else {
-                    backward_rows(k->rmsnorm_backward, cpu::row_plan(p), rows_of(x.cview()), p.dw);
-                  }
-                  Outputs outputs{test::named_bytes("dx", dx)};
-                  if (dw) outputs.push_back(test::named_bytes("dw", *dw));
-                  return outputs;
+                  return rmsnorm_backward_outputs(x.cview(), dy.cview(), cview(w),
+                                                  RmsNormOptions{eps, mode}, dx, k);
                 });
 
                 constexpr std::int64_t kSeq = 7;

@@ -565,6 +565,15 @@ inline bool rms_row_nan_free(float sum_squares, float rstd, bool weight_finite_n
   return is_finite(sum_squares) && is_finite(rstd) && weight_finite_nonzero;
 }
 
+// Whether rounding through a format's fixed dtype (kAnyDType: not fixed) may have a NaN
+// select for NaN-free rows to drop: only bf16's has one (round_f16 has none, fp32's is
+// the identity). Formats without one take a single path: a second copy of the row loop
+// would cost code and registers for nothing (measured in the fused forward: +7%
+// instructions per byte for fp32, +1.5% for fp16).
+constexpr bool rounding_has_select(int fixed_dtype) {
+  return fixed_dtype == kAnyDType || fixed_dtype == static_cast<int>(DType::BF16);
+}
+
 // The forward's row constants: each row's sum of squares and contract::row_rstd.
 template <int kRows>
 struct RowRstd {
@@ -638,10 +647,6 @@ KA_INLINE void rms_backward_rows(const NormParams& norm, const RowWeight<V, Form
       dots[b] = V::add(dots[b], V::mul(V::mul(g.chunk(b, c), weight.chunk[c]), xc));
     }
   }
-  // Only a bf16 rounding has a select that NaN-free rows can drop (as in the fused
-  // forward): formats whose normalised values round through fp32 or fp16 keep one path.
-  constexpr bool kSplit =
-      Format::kNormDType == kAnyDType || Format::kNormDType == static_cast<int>(DType::BF16);
   for (int b = 0; b < kRows; ++b) {
     // contract::rms_backward_row from the two sums.
     const float sum_squares = V::tree_reduce(squares[b]);
@@ -669,7 +674,8 @@ KA_INLINE void rms_backward_rows(const NormParams& norm, const RowWeight<V, Form
       // weight's dtype), NaN-free under the forward's condition on x alone: the weight
       // does not enter them. dx keeps its select (rstd * g - x * coef may be Inf - Inf).
       with_flags([&](auto nan_free) KA_INLINE_LAMBDA { output_pass(std::true_type{}, nan_free); },
-                 kSplit && rms_row_nan_free(sum_squares, row.rstd, /*weight_finite_nonzero=*/true));
+                 rounding_has_select(Format::kNormDType) &&
+                     rms_row_nan_free(sum_squares, row.rstd, /*weight_finite_nonzero=*/true));
     }
   }
 }
@@ -941,12 +947,6 @@ template <class V, bool kStream, int kRows, class Format, class Walk>
 KA_INLINE void norm_rope_forward_batch(const RowPlan& p, Format format,
                                        const RowWeight<V, Format>& weight,
                                        RotationTable<V, Format>& table, Walk& row) {
-  // Before the rotation only bf16 roundings have a select (round_f16 has none, fp32's
-  // is the identity), so formats of fp32 or fp16 throughout take one path: a second
-  // copy of the row loop would cost code and registers for nothing (measured: +7%
-  // instructions per byte for fp32, +1.5% for fp16).
-  constexpr bool kSplit =
-      Format::kDType == kAnyDType || Format::kDType == static_cast<int>(DType::BF16);
   RowPlace at[kRows];
   next_places(row, at);
   InputRows<V, Format, kRows> x;
@@ -971,7 +971,8 @@ KA_INLINE void norm_rope_forward_batch(const RowPlan& p, Format format,
                 store_chunk<V, false, kStream>(p.out, at[b].out, c, format, y);
               });
         },
-        kSplit && rms_row_nan_free(rows.sum_squares[b], rows.rstd[b], weight.finite_nonzero));
+        rounding_has_select(Format::kDType) &&
+            rms_row_nan_free(rows.sum_squares[b], rows.rstd[b], weight.finite_nonzero));
   }
 }
 
