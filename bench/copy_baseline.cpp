@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <new>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -146,36 +147,31 @@ CopyPool& copy_pool(int threads) {
 }
 
 namespace {
-double median_rate(CopyJob& job, CopyPool& pool, CopyKind kind, std::size_t traffic) {
+double median_rate(CopyJob& job, CopyPool& pool, CopyKind kind) {
   using Clock = std::chrono::steady_clock;
   job.run(pool, kind);  // warm-up
-  std::vector<double> seconds;
-  const auto t_begin = Clock::now();
-  while (seconds.size() < 7 ||
-         (seconds.size() < 41 && Clock::now() - t_begin < std::chrono::milliseconds(400))) {
+  double seconds[kCopyRuns];
+  for (double& s : seconds) {
     const auto t0 = Clock::now();
     job.run(pool, kind);
-    const auto t1 = Clock::now();
-    seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
+    s = std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  std::sort(seconds.begin(), seconds.end());
-  return static_cast<double>(traffic) / seconds[seconds.size() / 2];
+  std::sort(std::begin(seconds), std::end(seconds));
+  // The traffic actually moved: both halves, after rounding.
+  return static_cast<double>(job.src.size() + job.dst.size()) / seconds[kCopyRuns / 2];
 }
 }  // namespace
 
-const CopyRate& copy_rate(std::size_t traffic_bytes, int threads) {
-  static std::map<std::pair<std::size_t, int>, CopyRate> rates;
-  const auto key = std::make_pair(traffic_bytes, threads);
-  auto it = rates.find(key);
-  if (it != rates.end()) return it->second;
-  CopyJob job(traffic_bytes);
+CopyRate copy_rate_now(std::size_t traffic_bytes, int threads) {
+  static std::unique_ptr<CopyJob> job;
+  static std::size_t job_traffic = 0;
+  if (!job || job_traffic != traffic_bytes) {
+    job.reset();  // the old buffers go before the new ones are faulted in
+    job = std::make_unique<CopyJob>(traffic_bytes);
+    job_traffic = traffic_bytes;
+  }
   CopyPool& pool = copy_pool(threads);
-  // The traffic actually moved: both halves, after rounding.
-  const std::size_t moved = job.src.size() + job.dst.size();
-  CopyRate r;
-  r.memcpy_bytes_per_second = median_rate(job, pool, CopyKind::Memcpy, moved);
-  r.nt_bytes_per_second = median_rate(job, pool, CopyKind::NonTemporal, moved);
-  return rates.emplace(key, r).first->second;
+  return {median_rate(*job, pool, CopyKind::Memcpy), median_rate(*job, pool, CopyKind::NonTemporal)};
 }
 
 }  // namespace kernel_align::bench

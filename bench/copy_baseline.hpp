@@ -1,7 +1,7 @@
 // The memory-copy baseline of the benchmarks: how fast this process, on this machine and
 // with this many threads, moves a given number of bytes with memcpy (and with
 // non-temporal stores). An op's `ratio_to_copy` is its speed over this baseline at the
-// same byte count and thread count, measured in the same run.
+// same byte count and thread count, measured right after the op's timed loop.
 #pragma once
 
 #include <condition_variable>
@@ -74,9 +74,16 @@ struct CopyRate {
   double nt_bytes_per_second = 0;
 };
 
-// Median copy rate at (traffic bytes, threads); measured once per process and key, on
-// first request, then remembered.
-const CopyRate& copy_rate(std::size_t traffic_bytes, int threads);
+// The copy rates at (traffic bytes, threads) measured now: the median of kCopyRuns
+// runs of each kind after a warm-up. A case calls it right after its own timed loop,
+// so that its ratio compares two measurements taken within a second of each other: on
+// shared machines the memcpy rate of one byte count moved by up to 2.4x between the
+// start of a run and a case minutes later (docs/performance.md, 2026-12-04), which a
+// baseline measured once per process turned into a ratio off by as much. The buffers
+// of the last traffic size asked for are kept, so the cases of one op, dtype and shape
+// (every path and thread count, run one after the other) allocate them once.
+constexpr int kCopyRuns = 5;
+CopyRate copy_rate_now(std::size_t traffic_bytes, int threads);
 
 // The pool for `threads` threads, kept for the whole process.
 CopyPool& copy_pool(int threads);

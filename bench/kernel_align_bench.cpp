@@ -4,7 +4,7 @@
 //   GBps            effective bandwidth: bytes = inputs read once + outputs written once
 //                   + cos/sin tables + norm weights (and dw), per wall-clock second
 //   copy_GBps       memcpy of the same byte count on the same number of threads, measured
-//                   once in this process before the first case that needs it
+//                   right after the case's timed loop (each repetition its own)
 //   ratio_to_copy   GBps / copy_GBps (>= 1: faster than memcpy)
 //   nt_copy_GBps, ratio_to_nt_copy   the same against a non-temporal-store copy
 // Inputs are random from a fixed seed; buffers are allocated and faulted in before the
@@ -311,7 +311,7 @@ void attach_copy_counters(benchmark::State& state, std::int64_t bytes, int threa
   state.counters["bytes"] = Counter(b);
   state.counters["threads"] = Counter(threads);
   if (!copy_baseline_wanted()) return;
-  const CopyRate& rate = copy_rate(static_cast<std::size_t>(bytes), threads);
+  const CopyRate rate = copy_rate_now(static_cast<std::size_t>(bytes), threads);
   state.counters["copy_GBps"] = Counter(rate.memcpy_bytes_per_second * 1e-9);
   state.counters["nt_copy_GBps"] = Counter(rate.nt_bytes_per_second * 1e-9);
   // (bytes / copy rate) per iteration over the iteration time = the copy's time over ours.
@@ -327,8 +327,6 @@ void run_op(benchmark::State& state, Op op, int shape, DType dt, const Path& pat
   try {
     Workspace& w = workspace(shape, dt);
     bytes = op_bytes(op, issue_shapes()[static_cast<std::size_t>(shape)], dt);
-    // The copy baseline first, so that it runs before this case's threads spin up.
-    attach_copy_counters(state, bytes, threads);
     select(path, threads);
     call = make_call(op, w);
     call();  // untimed: checks the arguments, warms the pool and the caches
@@ -343,10 +341,11 @@ void run_op(benchmark::State& state, Op op, int shape, DType dt, const Path& pat
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * bytes);
+  // The baseline of this repetition, measured now: ratio_to_copy pairs the two.
+  attach_copy_counters(state, bytes, threads);
 }
 
 void run_copy(benchmark::State& state, CopyKind kind, std::int64_t bytes, int threads) {
-  attach_copy_counters(state, bytes, threads);
   CopyJob job(static_cast<std::size_t>(bytes));
   CopyPool& pool = copy_pool(threads);
   job.run(pool, kind);
@@ -355,6 +354,7 @@ void run_copy(benchmark::State& state, CopyKind kind, std::int64_t bytes, int th
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * bytes);
+  attach_copy_counters(state, bytes, threads);
 }
 
 void register_all() {
@@ -413,7 +413,8 @@ void add_context() {
       "kernel_align.copy_baseline",
       "memcpy (and SSE2 non-temporal-store copy) from a bytes/2 source to a bytes/2 "
       "destination, split over the same thread count; rate = bytes read + written per "
-      "second, median of >= 7 runs, measured once per (bytes, threads)");
+      "second, median of 5 runs after a warm-up, measured right after each case's timed "
+      "loop (each repetition its own)");
 }
 
 }  // namespace
