@@ -171,7 +171,8 @@ CopyRate copy_rate_now(std::size_t traffic_bytes, int threads) {
     job_traffic = traffic_bytes;
   }
   CopyPool& pool = copy_pool(threads);
-  return {median_rate(*job, pool, CopyKind::Memcpy), median_rate(*job, pool, CopyKind::NonTemporal)};
+  return {median_rate(*job, pool, CopyKind::Memcpy),
+          median_rate(*job, pool, CopyKind::NonTemporal)};
 }
 
 }  // namespace kernel_align::bench
