@@ -413,8 +413,10 @@ void add_context() {
       "kernel_align.copy_baseline",
       "memcpy (and SSE2 non-temporal-store copy) from a bytes/2 source to a bytes/2 "
       "destination, split over the same thread count; rate = bytes read + written per "
-      "second, median of 5 runs after a warm-up, measured right after each case's timed "
-      "loop (each repetition its own)");
+      "second, median of " +
+          std::to_string(kCopyRuns) +
+          " runs after a warm-up, measured right after each case's timed loop (each "
+          "repetition its own)");
 }
 
 }  // namespace
