@@ -75,9 +75,12 @@ inline __m512 permute_ps(__m512 v, int imm) {
   return bits_as<__m512>(out);
 }
 
-// vmovntps: the store's values are what matter here.
+// vmovntps, vmovntdq: the stores' values are what matter here.
 inline void stream_ps(float* p, __m512 v) {
   _mm512_storeu_ps(p, v);
+}
+inline void stream_si512(__m512i* p, __m512i v) {
+  _mm512_storeu_si512(p, v);
 }
 
 }  // namespace kernel_align::avx512_on_simde
@@ -89,9 +92,11 @@ inline void stream_ps(float* p, __m512 v) {
 #undef _mm512_cvtepu16_epi32
 #undef _mm512_permute_ps
 #undef _mm512_stream_ps
+#undef _mm512_stream_si512
 #define _mm512_cvtph_ps ::kernel_align::avx512_on_simde::cvtph_ps
 #define _mm512_cvtps_ph KA_SIMDE_CVTPS_PH
 #define _mm512_cvtepi32_epi16 ::kernel_align::avx512_on_simde::cvtepi32_epi16
 #define _mm512_cvtepu16_epi32 ::kernel_align::avx512_on_simde::cvtepu16_epi32
 #define _mm512_permute_ps ::kernel_align::avx512_on_simde::permute_ps
 #define _mm512_stream_ps ::kernel_align::avx512_on_simde::stream_ps
+#define _mm512_stream_si512 ::kernel_align::avx512_on_simde::stream_si512

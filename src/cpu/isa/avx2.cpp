@@ -133,6 +133,7 @@ struct Avx2Ops {
   static void store(std::uint16_t* p, H h) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
   }
+  static constexpr bool kNarrowsPairs = false;
   static constexpr bool kStreams = true;
   static void stream(float* p, F v) {
     _mm256_stream_ps(p, v.lo);

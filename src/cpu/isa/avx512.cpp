@@ -41,6 +41,7 @@ namespace {
 struct Avx512Ops {
   using F = __m512;
   using H = __m256i;  // 16 bf16 or fp16
+  using W = __m512i;  // 32 bf16
 
   static F xor_bits(F v, __m512i bits) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), bits));
@@ -107,15 +108,29 @@ struct Avx512Ops {
   static F round_f16(F v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
   static H to_bf16(F v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_bf16_bits(v), 16)); }
   static H to_f16(F v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT); }
+  // Two bf16 chunks narrowed into one register (put_chunk): one vpermt2w takes the high
+  // halves of both chunks' rounded bits (the 16-bit elements at odd indices, lo's then
+  // hi's) where to_bf16 shifts and narrows each.
+  static constexpr bool kNarrowsPairs = true;
+  static W to_bf16_pair(F lo, F hi) {
+    const __m512i high_halves =
+        _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                         25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(round_bf16_bits(lo), high_halves, round_bf16_bits(hi));
+  }
 
   static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
   static void store(std::uint16_t* p, H h) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
   }
+  static void store(std::uint16_t* p, W w) { _mm512_storeu_si512(p, w); }
   static constexpr bool kStreams = true;
   static void stream(float* p, F v) { _mm512_stream_ps(p, v); }
   static void stream(std::uint16_t* p, H h) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h);
+  }
+  static void stream(std::uint16_t* p, W w) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), w);
   }
   static void stream_fence() { _mm_sfence(); }
 };

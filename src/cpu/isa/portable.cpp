@@ -95,6 +95,7 @@ struct PortableOps {
 
   static void store(float* p, F v) { std::memcpy(p, v.lane, sizeof v.lane); }
   static void store(std::uint16_t* p, H h) { std::memcpy(p, h.lane, sizeof h.lane); }
+  static constexpr bool kNarrowsPairs = false;
   // Plain C++ has no non-temporal store.
   static constexpr bool kStreams = false;
 };

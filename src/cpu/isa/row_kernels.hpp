@@ -32,7 +32,11 @@
 //   to_bf16 / to_f16 (F -> H, 16 rounded 16-bit elements; to_bf16 needs a NaN-free
 //   input), store(float*, F) and store(std::uint16_t*, H) (bits unchanged),
 //   kStreams: whether the path has non-temporal stores; if so, stream(...) the same as
-//   store to chunk-aligned memory, non-temporally, and stream_fence.
+//   store to chunk-aligned memory, non-temporally, and stream_fence;
+//   kNarrowsPairs: whether the path narrows two chunks into one register W of 32
+//   bf16; if so, to_bf16_pair(F lo, F hi) -> W (to_bf16 of each, lo first; NaN-free
+//   inputs), store(std::uint16_t*, W) and, with kStreams, stream(std::uint16_t*, W) to
+//   two-chunk-aligned memory.
 #pragma once
 
 #include <cstdint>
@@ -377,19 +381,29 @@ constexpr int kBatchRows = kReadsInPlace<Format> || Format::kCapacity > 16 ? 1 :
 constexpr std::int64_t kStreamingMinBytes = std::int64_t{16} << 20;
 
 // Whether a call stores its output non-temporally: a large output whose rows all start
-// on a chunk-size boundary (then every full chunk does), as a framework's allocations
-// do, and that is not written over an input: a row read just before is in cache, where
-// a plain store needs no read for ownership either, and streaming it out made in-place
-// RoPE 1.2-1.4x slower than out of place. Decided once per call: deciding per chunk cost about 12
-// scalar instructions per 8 lanes, and deciding per row made g++ hoist the loads both branches
-// share above the branch and spill them (+40% instructions for fp32 RoPE).
-inline bool streams_output(const RowPlan& p) {
+// on a chunk-size boundary (then every full chunk does; a two-chunk one where the path
+// stores bf16 chunks in pairs, put_chunk), as a framework's allocations do, and that is
+// not written over an input: a row read just before is in cache, where a plain store
+// needs no read for ownership either, and streaming it out made in-place RoPE 1.2-1.4x
+// slower than out of place. Decided once per call: deciding per chunk cost about 12
+// scalar instructions per 8 lanes, and deciding per row made g++ hoist the loads both
+// branches share above the branch and spill them (+40% instructions for fp32 RoPE).
+// kStreamsHalves: whether a 16-bit output may be streamed at all. The fused forward and
+// the rmsnorm backward are bound by vector instructions in bf16 and fp16, not by memory
+// (docs/cpu-backend.md, Speed), and plain stores made them 5-20% faster than streaming
+// on 2026-12-04's Zen 4 at 1 and 2 threads; the rmsnorm forward and RoPE, lighter, were
+// faster streamed at 2 threads, and the fused backward's fp16 3-10% faster streamed.
+template <class V, bool kStreamsHalves>
+bool streams_output(const RowPlan& p) {
   const std::int64_t rows = p.extents[0] * p.extents[1] * p.extents[2];
-  const std::int64_t element_bytes = p.out.dtype == DType::F32 ? 4 : 2;
+  const bool halves = p.out.dtype != DType::F32;
+  if (halves && !kStreamsHalves) return false;
+  const std::int64_t element_bytes = halves ? 2 : 4;
   if (p.out.step != 1 || rows * p.d * element_bytes < kStreamingMinBytes) return false;
   if (p.out.data == p.x.data || p.out.data == p.dy.data) return false;
+  const std::int64_t grain_chunks = p.out.dtype == DType::BF16 && V::kNarrowsPairs ? 2 : 1;
   // Chunk sizes are powers of two: masks, not divisions.
-  const std::uint64_t misaligned = element_bytes * kLanes - 1;
+  const std::uint64_t misaligned = element_bytes * kLanes * grain_chunks - 1;
   std::uint64_t offsets = reinterpret_cast<std::uintptr_t>(p.out.data);
   for (int dim = 0; dim < kLeadingDims; ++dim) {
     if (p.extents[dim] > 1)
@@ -400,15 +414,22 @@ inline bool streams_output(const RowPlan& p) {
 
 // The one place where a call's run-time facts become compile-time ones: calls
 // body(format, stream) with the format of the plan's rows (with_format_of_rows) and
-// std::bool_constant<streams_output(p)>. A path without non-temporal stores gets no
-// streaming copy of its kernels: it would only store the same way at twice the code
-// (the portable path's copy cost g++ minutes of compile time in every build).
-template <class V, class Body>
+// std::bool_constant<streams_output<V, kStreamsHalves>(p)>. A path without non-temporal
+// stores gets no streaming copy of its kernels, nor does a format of fixed 16-bit rows
+// that is never streamed: it would only store the same way at twice the code (the
+// portable path's copy cost g++ minutes of compile time in every build).
+template <class V, bool kStreamsHalves, class Body>
 void with_row_format(const RowPlan& p, const Body& body) {
   if constexpr (V::kStreams) {
-    const bool stream = streams_output(p);
+    const bool stream = streams_output<V, kStreamsHalves>(p);
     with_format_of_rows(p, [&](auto format) {
-      with_flags([&](auto known_stream) { body(format, known_stream); }, stream);
+      constexpr int kDType = decltype(format)::kDType;
+      if constexpr (!kStreamsHalves && (kDType == static_cast<int>(DType::BF16) ||
+                                        kDType == static_cast<int>(DType::F16))) {
+        body(format, std::false_type{});
+      } else {
+        with_flags([&](auto known_stream) { body(format, known_stream); }, stream);
+      }
     });
   } else {
     with_format_of_rows(p, [&](auto format) { body(format, std::false_type{}); });
@@ -478,6 +499,48 @@ KA_INLINE void store_chunk(const RowOutput& out, std::int64_t offset, int c, For
           static_cast<std::uint16_t*>(out.data) + offset, out.step, c, format,
           [&] { return V::to_f16(canonical_nan_unless<V, kNaNFree>(value)); });
       return;
+  }
+}
+
+// Whether path V stores the rows of Format two chunks at a time (put_chunk): contiguous
+// bf16 rows of whole chunk pairs where the path narrows bf16 pairs (V::kNarrowsPairs).
+// One vpermt2w narrows a pair where two shift + vpmovdw pairs were, and a streamed
+// output is written in whole 64-byte lines (bf16 kernels 1.05-1.2x faster on
+// 2026-12-04's Zen 4). fp16 pairs, two vcvtps2ph joined by a vinserti64x4, were as
+// often slower as faster there and are not made.
+template <class V, class Format>
+constexpr bool stores_pairs() {
+  if constexpr (V::kNarrowsPairs) {
+    return Format::kContiguous && Format::kCapacity % 2 == 0 &&
+           Format::kDType == static_cast<int>(DType::BF16);
+  } else {
+    return false;
+  }
+}
+
+// store_chunk for chunks put in ascending order (c = 0, 1, ...) within a row, which
+// `pending` (one per row) carries from an even chunk to the next where the row is
+// stored in pairs (stores_pairs). A free function of the row's place rather than an
+// object holding it: with such an object g++ kept each chunk's store address in a
+// register of its own (8 lea per row; fp16 rmsnorm forward 10-25% slower).
+template <class V, bool kNaNFree, bool kStream, class Format>
+KA_INLINE void put_chunk(const RowOutput& out, std::int64_t offset, int c, Format format,
+                         typename V::F value, typename V::F& pending) {
+  if constexpr (stores_pairs<V, Format>()) {
+    if (c % 2 == 0) {
+      pending = value;
+      return;
+    }
+    std::uint16_t* const p = static_cast<std::uint16_t*>(out.data) + offset + (c - 1) * kLanes;
+    const auto pair = V::to_bf16_pair(canonical_nan_unless<V, kNaNFree>(pending),
+                                      canonical_nan_unless<V, kNaNFree>(value));
+    if constexpr (kStream) {
+      V::stream(p, pair);
+    } else {
+      V::store(p, pair);
+    }
+  } else {
+    store_chunk<V, kNaNFree, kStream>(out, offset, c, format, value);
   }
 }
 
@@ -656,15 +719,16 @@ KA_INLINE void rms_backward_rows(const NormParams& norm, const RowWeight<V, Form
     const F r = V::broadcast(row.rstd);
     const F k = V::broadcast(row.coef);
     const auto output_pass = [&](auto has_dw, auto nan_free) KA_INLINE_LAMBDA {
+      F pending = V::zero();
       for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
         const auto& xc = x.chunk(b, c);
         const auto& gc = g.chunk(b, c);
         if constexpr (has_dw) {
           dw->add(c, V::mul(gc, normalized<V, nan_free>(norm, format, r, xc)));
         }
-        store_chunk<V, false, kStream>(
-            out, at[b].out, c, format,
-            V::sub(V::mul(r, V::mul(gc, weight.chunk[c])), V::mul(xc, k)));
+        put_chunk<V, false, kStream>(out, at[b].out, c, format,
+                                     V::sub(V::mul(r, V::mul(gc, weight.chunk[c])), V::mul(xc, k)),
+                                     pending);
       });
     };
     if (dw == nullptr) {
@@ -752,10 +816,11 @@ KA_INLINE const RotationTable<V, Format>& table_for(const RopeParams& rope, std:
   return table;
 }
 
-// Calls consume(c, chunk c of the rotation of x) for every chunk of a row, where
-// produce(c) gives chunk c of x; each chunk is produced once, and the chunks a
-// rotated chunk depends on are produced before it is consumed (so an output may be
-// its input). Lanes past the row's end are +0 in the rotation when they are in x.
+// Calls consume(c, chunk c of the rotation of x) for every chunk of a row in ascending
+// order (c = 0, 1, ...: put_chunk needs it), where produce(c) gives chunk c of x; each
+// chunk is produced once, and the chunks a rotated chunk depends on are produced before
+// it is consumed (so an output may be its input). Lanes past the row's end are +0 in the
+// rotation when they are in x.
 // The three kernels that rotate feed it differently (a loaded chunk, a normalised one,
 // a gradient row to fill), hence the two functions rather than a row buffer.
 template <class V, class Format, class Produce, class Consume>
@@ -781,14 +846,16 @@ KA_INLINE void rotate_chunks(const RopeParams& rope, const RotationTable<V, Form
       consume(c, rotated(c, x, V::swap_pairs(x)));
     }
   } else if (d % (2 * kLanes) == 0) {
-    // The partner of chunk c is chunk c + chunks/2, and the other way round.
-    const int half_chunks = format.chunks() / 2;
+    // The partner of chunk c is chunk c + chunks/2, and the other way round: the row is
+    // produced whole, then consumed in order.
+    const int chunks = format.chunks();
+    const int half_chunks = chunks / 2;
+    F x[Format::kCapacity];
 #pragma GCC unroll 1
-    for (int c = 0; c < half_chunks; ++c) {
-      const F first = produce(c);
-      const F second = produce(c + half_chunks);
-      consume(c, rotated(c, first, second));
-      consume(c + half_chunks, rotated(c + half_chunks, second, first));
+    for (int c = 0; c < chunks; ++c) x[c] = produce(c);
+#pragma GCC unroll 1
+    for (int c = 0; c < chunks; ++c) {
+      consume(c, rotated(c, x[c], x[c < half_chunks ? c + half_chunks : c - half_chunks]));
     }
   } else {
     // The row twice in a row: element i + d/2 of it is the partner of element i.
@@ -836,10 +903,12 @@ KA_INLINE void rmsnorm_forward_batch(const RowPlan& p, Format format,
     // Every output dtype's store has a select to drop.
     with_flags(
         [&](auto nan_free) KA_INLINE_LAMBDA {
+          typename V::F pending = V::zero();
           for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
-            store_chunk<V, nan_free, kStream>(
+            put_chunk<V, nan_free, kStream>(
                 p.out, at[b].out, c, format,
-                rms_forward<V, nan_free>(p.norm, format, r, x.chunk(b, c), weight.chunk[c]));
+                rms_forward<V, nan_free>(p.norm, format, r, x.chunk(b, c), weight.chunk[c]),
+                pending);
           });
         },
         rms_row_nan_free(rows.sum_squares[b], rows.rstd[b], weight.finite_nonzero));
@@ -865,7 +934,7 @@ void rmsnorm_forward_rows(const RowPlan& plan, Format format, std::int64_t begin
 
 template <class V>
 void rmsnorm_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  with_row_format<V>(plan, [&](auto format, auto stream) {
+  with_row_format<V, /*kStreamsHalves=*/true>(plan, [&](auto format, auto stream) {
     rmsnorm_forward_rows<V, stream>(plan, format, begin, end);
   });
 }
@@ -910,7 +979,7 @@ void rmsnorm_backward_rows(const RowPlan& plan, Format format, std::int64_t begi
 template <class V>
 void rmsnorm_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                              float* dw_partial) {
-  with_row_format<V>(plan, [&](auto format, auto stream) {
+  with_row_format<V, /*kStreamsHalves=*/false>(plan, [&](auto format, auto stream) {
     rmsnorm_backward_rows<V, stream>(plan, format, begin, end, dw_partial);
   });
 }
@@ -925,18 +994,20 @@ void rope_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int6
   RowWalk</*kDy=*/false, /*kTable=*/true, /*kCarry=*/false> row(p, begin);
   for (std::int64_t r = begin; r < end; ++r, row.next()) {
     const RowPlace at = row.place();
+    typename V::F pending = V::zero();
     rotate_chunks<V>(
         p.rope, table_for<V>(p.rope, at.table_row, format, table), format,
         [&](int c) KA_INLINE_LAMBDA { return load_chunk<V>(p.x, at.x, c, format); },
-        [&](int c, typename V::F y)
-            KA_INLINE_LAMBDA { store_chunk<V, false, kStream>(p.out, at.out, c, format, y); });
+        [&](int c, typename V::F y) KA_INLINE_LAMBDA {
+          put_chunk<V, false, kStream>(p.out, at.out, c, format, y, pending);
+        });
   }
   if constexpr (kStream) V::stream_fence();
 }
 
 template <class V>
 void rope_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  with_row_format<V>(
+  with_row_format<V, /*kStreamsHalves=*/true>(
       plan, [&](auto format, auto stream) { rope_rows<V, stream>(plan, format, begin, end); });
 }
 
@@ -960,6 +1031,7 @@ KA_INLINE void norm_rope_forward_batch(const RowPlan& p, Format format,
     // rotation keeps its select.
     with_flags(
         [&](auto nan_free) KA_INLINE_LAMBDA {
+          typename V::F pending = V::zero();
           rotate_chunks<V>(
               p.rope, t, format,
               [&](int c) KA_INLINE_LAMBDA {
@@ -968,7 +1040,7 @@ KA_INLINE void norm_rope_forward_batch(const RowPlan& p, Format format,
                     rms_forward<V, nan_free>(p.norm, format, r, x.chunk(b, c), weight.chunk[c]));
               },
               [&](int c, typename V::F y) KA_INLINE_LAMBDA {
-                store_chunk<V, false, kStream>(p.out, at[b].out, c, format, y);
+                put_chunk<V, false, kStream>(p.out, at[b].out, c, format, y, pending);
               });
         },
         rounding_has_select(Format::kDType) &&
@@ -996,7 +1068,7 @@ void norm_rope_forward_rows(const RowPlan& plan, Format format, std::int64_t beg
 
 template <class V>
 void norm_rope_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  with_row_format<V>(plan, [&](auto format, auto stream) {
+  with_row_format<V, /*kStreamsHalves=*/false>(plan, [&](auto format, auto stream) {
     norm_rope_forward_rows<V, stream>(plan, format, begin, end);
   });
 }
@@ -1050,7 +1122,7 @@ void norm_rope_backward_rows(const RowPlan& plan, Format format, std::int64_t be
 template <class V>
 void norm_rope_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                                float* dw_partial) {
-  with_row_format<V>(plan, [&](auto format, auto stream) {
+  with_row_format<V, /*kStreamsHalves=*/true>(plan, [&](auto format, auto stream) {
     norm_rope_backward_rows<V, stream>(plan, format, begin, end, dw_partial);
   });
 }
