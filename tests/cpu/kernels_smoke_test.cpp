@@ -595,8 +595,8 @@ TEST_P(KernelsSmoke, NaNFreeRowsAndFullRowsMixed) {
 
 // Outputs of 16 MiB and more are written with non-temporal stores where a chunk (a
 // chunk pair for bf16 outputs on AVX-512) is aligned to its size, and plain stores
-// elsewhere; 16-bit outputs of the fused ops and the rmsnorm backward always with plain
-// stores: every way must give the same bytes.
+// elsewhere; 16-bit outputs of the fused forward and the rmsnorm backward always with
+// plain stores: every way must give the same bytes.
 TEST_P(KernelsSmoke, LargeOutputs) {
   Rng rng(4);
   constexpr int kD = 128;
