@@ -363,13 +363,17 @@ template <class V, class Format, int kRows>
 using InputRows = std::conditional_t<kReadsInPlace<Format>, InPlaceRows<V, Format, kRows>,
                                      StagedRows<V, Format, kRows>>;
 
-// Rows per batch of the normalising kernels. A row's sums are chains of dependent adds
-// in the contract's order; the chains of 4 staged rows are interleaved chunk by chunk
-// so that they overlap. Rows read in place are not batched: their loop is short enough
+// Rows per batch of the normalising kernels. A forward row's sum of squares is one chain
+// of dependent adds in the contract's order; the chains of 4 staged rows are interleaved
+// chunk by chunk so that they overlap. The backwards go one row at a time: their rows
+// have two chains (squares and dot products) and more work per chunk around them, and
+// batches of 4 were slower (A/B on a Zen 4 host, 2026-12-04, bf16/fp16, 3 shapes:
+// 1 row 1.04-1.26x faster on AVX-512, 0.99-1.24x on AVX2, 4-7% fewer instructions;
+// docs/performance.md). Rows read in place are not batched: their loop is short enough
 // for the out-of-order window to overlap consecutive rows by itself, and loading 4 rows
 // chunk by chunk made fp32 10-25% slower (4 interleaved streams instead of one).
-template <class Format>
-constexpr int kBatchRows = kReadsInPlace<Format> || Format::kCapacity > 16 ? 1 : 4;
+template <class Format, bool kBackward>
+constexpr int kBatchRows = kBackward || kReadsInPlace<Format> || Format::kCapacity > 16 ? 1 : 4;
 
 // ---- Storing chunks ----------------------------------------------------------------
 
@@ -920,7 +924,7 @@ template <class V, bool kStream, class Format>
 void rmsnorm_forward_rows(const RowPlan& plan, Format format, std::int64_t begin,
                           std::int64_t end) {
   const RowPlan p = plan;
-  constexpr int kBatch = kBatchRows<Format>;
+  constexpr int kBatch = kBatchRows<Format, /*kBackward=*/false>;
   RowWeight<V, Format> weight;
   load_weight<V>(p.norm, format, weight);
   RowWalk</*kDy=*/false, /*kTable=*/false> row(p, begin);
@@ -961,7 +965,7 @@ template <class V, bool kStream, class Format>
 void rmsnorm_backward_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end,
                            float* dw_partial) {
   const RowPlan p = plan;
-  constexpr int kBatch = kBatchRows<Format>;
+  constexpr int kBatch = kBatchRows<Format, /*kBackward=*/true>;
   RowWeight<V, Format> weight;
   load_weight<V>(p.norm, format, weight);
   DwSums<V, Format> dw(format);
@@ -1053,7 +1057,7 @@ template <class V, bool kStream, class Format>
 void norm_rope_forward_rows(const RowPlan& plan, Format format, std::int64_t begin,
                             std::int64_t end) {
   const RowPlan p = plan;
-  constexpr int kBatch = kBatchRows<Format>;
+  constexpr int kBatch = kBatchRows<Format, /*kBackward=*/false>;
   RowWeight<V, Format> weight;
   load_weight<V>(p.norm, format, weight);
   RotationTable<V, Format> table;
@@ -1101,7 +1105,7 @@ template <class V, bool kStream, class Format>
 void norm_rope_backward_rows(const RowPlan& plan, Format format, std::int64_t begin,
                              std::int64_t end, float* dw_partial) {
   const RowPlan p = plan;
-  constexpr int kBatch = kBatchRows<Format>;
+  constexpr int kBatch = kBatchRows<Format, /*kBackward=*/true>;
   RowWeight<V, Format> weight;
   load_weight<V>(p.norm, format, weight);
   RotationTable<V, Format> table;
