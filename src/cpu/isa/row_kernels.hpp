@@ -205,14 +205,15 @@ struct RowPlace {
 // The places of rows begin, begin + 1, ... (leading indices in row-major order). x and
 // out are always walked, dy and the table row only for the kernels that read them
 // (kDy, kTable; the others' stay 0): a dead offset still cost an add, a store and a
-// register per row. kCarry: a step of the innermost index adds that dim's strides to
-// the offsets instead of recomputing them from the indices (three multiplies and two
-// adds per tensor), which an index wrap still does. Carrying cut the batched kernels'
-// instructions (bf16 fused forward 1.165 -> 1.140 per byte) at the same speed, but made
-// RoPE, whose loop goes one row at a time, 35% slower on 2026-12-03's Xeon at 5%
-// fewer instructions (A/B runs of one build with and without it; without hardware
-// counters on that VM the cause is not known), so RoPE recomputes.
-template <bool kDy, bool kTable, bool kCarry = true>
+// register per row. A step of the innermost index adds that dim's strides to the
+// offsets instead of recomputing them from the indices (three multiplies and two adds
+// per tensor), which an index wrap still does. Carrying cut the batched kernels'
+// instructions (bf16 fused forward 1.165 -> 1.140 per byte) at the same speed, and
+// RoPE's (bf16 0.548 -> 0.521) at 0.93-1.10x its speed on a Zen 4 host (2026-12-04,
+// three shapes and dtypes, AVX2 and AVX-512). One A/B run on 2026-12-03's Xeon had
+// RoPE 35% slower with it (not reproduced: that VM is gone, and had no hardware
+// counters; docs/cpu-backend.md).
+template <bool kDy, bool kTable>
 class RowWalk {
  public:
   RowWalk(const RowPlan& p, std::int64_t row) : plan_(p) {
@@ -227,14 +228,10 @@ class RowWalk {
   const RowPlace& place() const { return place_; }
   KA_INLINE void next() {
     if (++index_[kInner] < plan_.extents[kInner]) {
-      if constexpr (kCarry) {
-        place_.x += inner_.x;
-        if constexpr (kDy) place_.dy += inner_.dy;
-        place_.out += inner_.out;
-        if constexpr (kTable) place_.table_row += inner_.table_row;
-      } else {
-        recompute();
-      }
+      place_.x += inner_.x;
+      if constexpr (kDy) place_.dy += inner_.dy;
+      place_.out += inner_.out;
+      if constexpr (kTable) place_.table_row += inner_.table_row;
       return;
     }
     index_[kInner] = 0;
@@ -995,7 +992,7 @@ template <class V, bool kStream, class Format>
 void rope_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end) {
   const RowPlan p = plan;
   RotationTable<V, Format> table;
-  RowWalk</*kDy=*/false, /*kTable=*/true, /*kCarry=*/false> row(p, begin);
+  RowWalk</*kDy=*/false, /*kTable=*/true> row(p, begin);
   for (std::int64_t r = begin; r < end; ++r, row.next()) {
     const RowPlace at = row.place();
     typename V::F pending = V::zero();
