@@ -646,9 +646,10 @@ struct RowRstd {
 };
 
 // The rows are loaded whole first, then summed from the stack: loading each chunk as it
-// is summed (widen, store, square, add in one loop) saved the load per 8 lanes that
+// is summed (widen, store, square, add in one loop) saves the load per 8 lanes that
 // reads a chunk back, but made the bf16 and fp16 rmsnorm forward 15-25% slower on
-// 2026-12-03's Xeon (A/B runs of the same build, AVX2 path).
+// 2026-12-03's Xeon (AVX2 path), and on 2026-12-05's the AVX-512 path 0.80-1.03x as
+// fast while AVX2 ran 1.02-1.18x faster (A/B runs; docs/performance.md, 2026-12-05).
 template <class V, class Format, class Rows, int kRows = Rows::kRows>
 KA_INLINE void rstd_of_rows(const NormParams& norm, Format format, const Rows& x,
                             RowRstd<kRows>& out) {
