@@ -139,12 +139,25 @@ bool is_digest(const json::Value& v) {
          v.text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
 }
 
-Record read_record(const Trace& trace, std::size_t line, std::string_view text) {
+// `text` is line `line`; `terminated`: whether a newline follows it.
+Record read_record(const Trace& trace, std::size_t line, std::string_view text, bool terminated) {
   Record record;
   record.line = line;
   try {
     record.fields = json::parse(text);
   } catch (const json::SyntaxError& e) {
+    // A write that failed part-way and was not cut back (docs/trace.md) leaves a record
+    // cut short: at the end of the file, or with the next record appended to it.
+    const std::string cause = "a write that failed part-way, such as on a full disk";
+    if (!terminated && text.starts_with('{')) {
+      fail(trace, line, "one JSON record per line",
+           "a record cut short at the end of the file (no newline after it: " + cause + ")");
+    }
+    if (const std::size_t next = text.find(R"({"seq":)", 1); next != std::string_view::npos) {
+      fail(trace, line, "one JSON record per line",
+           "a record cut short and another record starting at column " + std::to_string(next + 1) +
+               " of the same line (" + cause + ", then another record appended)");
+    }
     throw Error(trace.role, e.expected() + " (one JSON record per line)",
                 e.found() + at(trace, line) + ", column " + std::to_string(e.column()));
   }
@@ -227,7 +240,8 @@ Trace read_trace(std::string role, std::string path) {
   std::size_t line = 0;
   for (std::size_t start = 0; start < text.size();) {
     const std::size_t end = std::min(text.find('\n', start), text.size());
-    Record record = read_record(trace, ++line, std::string_view(text).substr(start, end - start));
+    Record record = read_record(trace, ++line, std::string_view(text).substr(start, end - start),
+                                end < text.size());
     const auto known = std::find(sessions.begin(), sessions.end(), record.session);
     const auto index = static_cast<std::size_t>(known - sessions.begin());
     if (known == sessions.end()) sessions.push_back(record.session);

@@ -64,7 +64,8 @@ std::uint64_t fallback_count();
 
 // Appends one JSON record per call to `path` (created if absent, never truncated: a
 // new session, docs/trace.md); "" stops. A file that cannot be opened for appending is an
-// Error naming "trace" (tracing is then off).
+// Error naming "trace" (tracing is then off); a path holding a NUL is an Error naming
+// "path", and the trace open before stays open.
 void set_trace_path(const std::string& path);
 std::string trace_path();  // the file being traced to; "" when tracing is off
 

@@ -1,6 +1,8 @@
 #include "trace/trace.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -37,11 +40,27 @@ struct Sink {
   std::mutex mutex;
   int fd = -1;
   std::string path;
-  std::string session;  // 16 hex digits, new at every opening
+  std::string session;  // 16 hex digits, new at every opening and in every forked child
   std::uint64_t next_seq = 0;
+  pid_t owner = 0;  // the process whose session `session` is
+  // A regular file can be locked and cut back after a failed write; a FIFO or a device
+  // cannot.
+  bool regular = false;
+  // A regular file that had a name when opened: when its last name is gone (the file
+  // was removed), the next record creates it again.
+  bool recreate_if_removed = false;
 
-  // Opens `path` for appending ("" closes); the caller holds the mutex.
+  // Opens `path` for appending ("" closes); the caller holds the mutex (so do the
+  // members below).
   void open_locked(const std::string& new_path);
+  void begin_session();
+  // Before a record: a forked child starts a session of its own (it inherited the
+  // parent's id and count), and a removed trace file is created again.
+  void prepare_locked();
+  // Appends `line` whole, or throws Error naming `trace` having cut back what it wrote.
+  void append_locked(const std::string& line) const;
+  // Why `written` bytes of a failed record do not stay in the file, or where they stay.
+  std::string take_back_locked(std::size_t written) const;
 };
 
 // A 64-bit id that no other opening of a trace shares, in this process or another:
@@ -71,10 +90,94 @@ void Sink::open_locked(const std::string& new_path) {
     throw Error("trace", "a file that can be opened for appending",
                 "'" + new_path + "': " + std::strerror(errno));
   }
+  struct stat st {};
+  regular = ::fstat(opened, &st) == 0 && S_ISREG(st.st_mode);
+  // A file opened without a name (/proc/self/fd/N of an O_TMPFILE) has no link to lose.
+  recreate_if_removed = regular && st.st_nlink > 0;
   fd = opened;
   path = new_path;
-  session = new_session_id();
+  begin_session();
   detail::enabled = true;
+}
+
+void Sink::begin_session() {
+  session = new_session_id();
+  next_seq = 0;
+  owner = ::getpid();
+}
+
+void Sink::prepare_locked() {
+  if (owner != ::getpid()) begin_session();
+  struct stat st {};
+  if (recreate_if_removed && ::fstat(fd, &st) == 0 && st.st_nlink == 0) {
+    // Its records would go on into the unlinked file, where nothing can read them.
+    open_locked(std::string(path));
+  }
+}
+
+// A whole-file write lock (fcntl; held by this process, so a forked child waits for
+// it too) around a record on a regular file: the library's writers in other processes
+// wait, so none appends after a record cut short before it is cut back. Where the file
+// system has no such locks the record is written all the same.
+class FileLock {
+ public:
+  explicit FileLock(int fd) : fd_(fd), locked_(set(F_WRLCK)) {}
+  ~FileLock() {
+    if (locked_) set(F_UNLCK);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  bool set(short type) const {
+    struct flock whole {};
+    whole.l_type = type;
+    whole.l_whence = SEEK_SET;  // l_start 0, l_len 0: the whole file, however long
+    int result = 0;
+    while ((result = ::fcntl(fd_, F_SETLKW, &whole)) != 0 && errno == EINTR) {
+    }
+    return result == 0;
+  }
+
+  int fd_;
+  bool locked_;
+};
+
+void Sink::append_locked(const std::string& line) const {
+  std::optional<FileLock> lock;
+  if (regular) lock.emplace(fd);
+  // One write in the common case; a regular file's write returns short only when it
+  // cannot go on (a full disk, a quota, the file size limit), a pipe's also on a signal.
+  std::size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const std::string why = n < 0 ? std::strerror(errno) : "no byte written";
+    throw Error("trace", "a record appended to " + path,
+                "write failed: " + why + take_back_locked(done));
+  }
+}
+
+std::string Sink::take_back_locked(std::size_t written) const {
+  if (written == 0) return "";
+  const std::string part = "; " + std::to_string(written) + " of its bytes ";
+  if (!regular) return part + "were written";
+  // With O_APPEND the offset is the end of what this write appended. The file is cut
+  // back only if it still ends there: a writer that takes no lock may have appended
+  // after, and cutting would lose its bytes.
+  const off_t end = ::lseek(fd, 0, SEEK_CUR);
+  const off_t start = end - static_cast<off_t>(written);
+  struct stat st {};
+  if (end >= 0 && start >= 0 && ::fstat(fd, &st) == 0 && st.st_size == end &&
+      ::ftruncate(fd, start) == 0) {
+    return part + "were cut off again: the file is as it was before the record";
+  }
+  return part + "stay at byte " + std::to_string(start) +
+         " of the file, a line that trace diff names as cut short";
 }
 
 // The sink starts from KERNEL_ALIGN_TRACE, read at its first use (a call's registry
@@ -85,6 +188,11 @@ Sink& sink() {
     static Sink opened;
     const char* path = std::getenv("KERNEL_ALIGN_TRACE");
     if (path != nullptr && *path != '\0') opened.open_locked(path);
+    // fork() waits for a record in progress: a child copies only the forking thread, and
+    // a lock held by another would be held in the child for ever. Registered once the
+    // opening above has not thrown, as a throw makes the next use run this again.
+    ::pthread_atfork([] { opened.mutex.lock(); }, [] { opened.mutex.unlock(); },
+                     [] { opened.mutex.unlock(); });
     return opened;
   }();
   return s;
@@ -220,19 +328,6 @@ std::string record_body(const kernel_align::detail::CallRecord& call,
   return r;
 }
 
-void write_all(const Sink& s, const std::string& line) {
-  std::size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(s.fd, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      throw Error("trace", "a record appended to " + s.path,
-                  std::string("write failed: ") + std::strerror(errno));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-}
-
 }  // namespace
 
 FloatState read_float_state() {
@@ -257,16 +352,17 @@ bool write_record(std::string_view body) {
   Sink& s = sink();
   const std::lock_guard lock(s.mutex);
   if (s.fd < 0) return false;  // turned off since the call began
+  s.prepare_locked();
   std::string line = "{\"seq\":";
   line.append(std::to_string(s.next_seq))
       .append(",\"session\":")
       .append(quoted(s.session))
       .append(",\"pid\":")
-      .append(std::to_string(::getpid()))
+      .append(std::to_string(s.owner))
       .append(body)
       .append("}\n");
-  write_all(s, line);
-  ++s.next_seq;
+  s.append_locked(line);
+  ++s.next_seq;  // a record that failed takes no seq: the session's records have no gap
   return true;
 }
 
@@ -280,6 +376,12 @@ void write(const kernel_align::detail::CallRecord& call, const registry::Choice&
 }  // namespace trace
 
 void set_trace_path(const std::string& path) {
+  // The system reads a path up to its first NUL: "/tmp/a\0/etc/x" would open /tmp/a.
+  if (const std::size_t nul = path.find('\0'); nul != std::string::npos) {
+    throw Error(
+        "path", "a path without NUL characters",
+        "a NUL at character " + std::to_string(nul) + ", after '" + path.substr(0, nul) + "'");
+  }
   trace::Sink& s = trace::sink();
   const std::lock_guard lock(s.mutex);
   s.open_locked(path);

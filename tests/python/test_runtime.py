@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 import kernel_align as ka
+from kernel_align import alignment
 from formulas import assert_bitwise
 
 
@@ -31,6 +36,58 @@ def test_trace_records_every_call(tmp_path, generator):
         ("multi_axis_rope", "backward"), ("qk_rmsnorm", "backward")]
     assert {r["backend"] for r in records} == {"simd"}
     assert records[0]["tensors"][0]["shape"] == [2, 5, 3, 128]
+
+
+def test_forked_workers_trace_sessions_of_their_own(tmp_path):
+    """A forked process (a DataLoader worker) writes its records in a session of its own,
+    numbered from 0, so that the file stays a trace: sharing the parent's session, the
+    two children and the parent each wrote seq 1, and ``trace diff`` refused the file."""
+    path = tmp_path / "forked.jsonl"
+    x = torch.randn(2, 128)
+    ka.trace_to(path)
+    try:
+        ka.qk_rmsnorm(x)
+        fork = multiprocessing.get_context("fork")
+        workers = [fork.Process(target=ka.qk_rmsnorm, args=(x,)) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert [w.exitcode for w in workers] == [0, 0]
+        ka.qk_rmsnorm(x)
+    finally:
+        ka.trace_to(None)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 4
+    parent = [r for r in records if r["pid"] == os.getpid()]
+    children = [r for r in records if r["pid"] != os.getpid()]
+    assert [r["seq"] for r in parent] == [0, 1]
+    assert len({r["session"] for r in parent}) == 1
+    assert {r["pid"] for r in children} == {w.pid for w in workers}
+    assert [r["seq"] for r in children] == [0, 0]
+    assert len({r["session"] for r in children} | {parent[0]["session"]}) == 3
+    try:
+        cli = alignment.find_cli()
+    except FileNotFoundError as e:
+        pytest.skip(f"the kernel-align executable is not built ({e})")
+    diff = subprocess.run([cli, "trace", "diff", str(path), str(path)], capture_output=True,
+                          text=True)
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    assert diff.stdout.startswith("identical: 4 calls"), diff.stdout
+
+
+def test_trace_path_with_a_nul_is_refused(tmp_path):
+    """A NUL would end the path the kernel sees ('/tmp/a\\0/etc/x' traced to /tmp/a while
+    the trace path said otherwise): a ValueError, as open() raises, and tracing stays as
+    it was."""
+    ka.trace_to(tmp_path / "kept.jsonl")
+    try:
+        with pytest.raises(ValueError, match="argument 'path'.*NUL"):
+            ka.trace_to(str(tmp_path / "a") + "\0/evil.jsonl")
+        assert torch.ops.kernel_align.get_trace_path() == str(tmp_path / "kept.jsonl")
+    finally:
+        ka.trace_to(None)
+    assert not (tmp_path / "a").exists()
 
 
 def test_strict_mode_runs_supported_calls(generator):

@@ -365,6 +365,70 @@ TEST_F(TraceDiffTest, MalformedRecordsNameFileAndLine) {
                    {"'directory.jsonl' (not a regular file)"});
 }
 
+// A record cut short by a write that failed part-way (an old writer on a full disk, a
+// process killed inside a long write) is named as such: at the end of the file, and
+// with another record appended to it on the same line.
+TEST_F(TraceDiffTest, TornRecordsAreNamed) {
+  const std::vector<Call> calls = five_calls({});
+  write_trace("a.jsonl", calls);
+  const std::string first = record(0, calls[0]);
+  const std::string second = record(1, calls[1]);
+  std::ofstream(work() / "b.jsonl", std::ios::binary) << first << '\n' << second.substr(0, 50);
+  expect_bad_input({"trace", "diff", "a.jsonl", "b.jsonl"}, "B",
+                   {"found a record cut short at the end of the file (no newline after it: a "
+                    "write that failed part-way, such as on a full disk) at 'b.jsonl' line 2"});
+
+  // The torn record, then the next one glued to it: the line and the column where the
+  // second record starts are named.
+  write_lines("b.jsonl", {first, second.substr(0, 50) + record(2, calls[2])});
+  expect_bad_input({"trace", "diff", "a.jsonl", "b.jsonl"}, "B",
+                   {"found a record cut short and another record starting at column 51 of the "
+                    "same line (a write that failed part-way, such as on a full disk, then "
+                    "another record appended) at 'b.jsonl' line 2"});
+
+  // A last record whole but for its newline is read.
+  std::ofstream(work() / "b.jsonl", std::ios::binary) << first;
+  const CliResult r = run({"trace", "diff", "b.jsonl", "b.jsonl"});
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+// Records of several sessions interleaved in one file (a parent and the workers it
+// forked): each session's seq is checked on its own, and the sessions are taken in the
+// order of their first records, so two files pair their sessions in that order.
+TEST_F(TraceDiffTest, InterleavedSessionsArePairedInOrderOfTheirFirstRecord) {
+  const auto in_session = [](std::string line, const std::string& session) {
+    return line.insert(line.find(',') + 1, R"("session":")" + session + R"(",)");
+  };
+  std::vector<Call> calls = five_calls({});
+  calls[3].samples = {0, 5};  // the two workers' calls differ
+  // Parent p: calls 0, 2, 4; worker w1: call 1; worker w2: call 3 (numbered per session).
+  write_lines("a.jsonl",
+              {in_session(record(0, calls[0]), "p"), in_session(record(0, calls[1]), "w1"),
+               in_session(record(1, calls[2]), "p"), in_session(record(0, calls[3]), "w2"),
+               in_session(record(2, calls[4]), "p")});
+  const CliResult same = run({"trace", "diff", "a.jsonl", "a.jsonl"});
+  EXPECT_EQ(same.status, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("sessions (trace openings) taken in order of their first record: 3 in "
+                          "A, 3 in B"),
+            std::string::npos)
+      << same.out;
+  // The same sessions, their records interleaved otherwise: identical.
+  write_lines("b.jsonl",
+              {in_session(record(0, calls[0]), "q"), in_session(record(1, calls[2]), "q"),
+               in_session(record(0, calls[1]), "v1"), in_session(record(2, calls[4]), "q"),
+               in_session(record(0, calls[3]), "v2")});
+  EXPECT_EQ(run({"trace", "diff", "a.jsonl", "b.jsonl"}).status, 0);
+  // The workers' first records in the other order: worker 2's call is set beside
+  // worker 1's.
+  write_lines("b.jsonl",
+              {in_session(record(0, calls[0]), "q"), in_session(record(0, calls[3]), "v2"),
+               in_session(record(1, calls[2]), "q"), in_session(record(0, calls[1]), "v1"),
+               in_session(record(2, calls[4]), "q")});
+  const CliResult swapped = run({"trace", "diff", "a.jsonl", "b.jsonl"});
+  EXPECT_EQ(swapped.status, 1) << swapped.err;
+  EXPECT_TRUE(swapped.out.starts_with("diverged at call #3 (A line 2, B line 2): ")) << swapped.out;
+}
+
 TEST_F(TraceDiffTest, BadSample) {
   write_trace("alone.jsonl", five_calls(of_samples({7})));
   write_trace("batch.jsonl", five_calls(of_samples({5, 7, 9})));

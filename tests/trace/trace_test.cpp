@@ -1,13 +1,23 @@
 // Trace records and digests (docs/trace.md): the fields of a record, digest-v1
 // against an independent transcription of its definition, digests that do not depend
-// on thread count, strides or batch position, whole records from concurrent calls,
-// and write errors that are reported.
+// on thread count, strides or batch position, whole records from concurrent calls and
+// forked processes, write errors that are reported and leave no part of a record, and
+// paths that are refused.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <bit>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -364,6 +374,181 @@ TEST_F(TraceFile, ConcurrentCallsWriteWholeRecords) {
   }
   EXPECT_EQ(seqs.size(), lines.size());
   EXPECT_TRUE(seqs.contains("0") && seqs.contains("199"));
+}
+
+// A forked child (a DataLoader worker, say) numbers its records in a session of its own,
+// from 0: sharing its parent's session and seq counter, each child wrote the parent's
+// next seq, and trace diff refused the file.
+TEST_F(TraceFile, ForkedChildrenWriteSessionsOfTheirOwn) {
+  test::Rng rng(12);
+  const HostTensor x = test::random_tensor(DType::F32, {1, 6, 2, 16}, rng);
+  HostTensor y(DType::F32, {1, 6, 2, 16});
+  qk_rmsnorm_forward(x.cview(), std::nullopt, y.view());
+  std::vector<pid_t> children;
+  for (int c = 0; c < 2; ++c) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      try {
+        qk_rmsnorm_forward(x.cview(), std::nullopt, y.view());
+      } catch (...) {
+        std::_Exit(1);
+      }
+      std::_Exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (const pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  qk_rmsnorm_forward(x.cview(), std::nullopt, y.view());
+  const std::vector<std::string> lines = records();
+  ASSERT_EQ(lines.size(), 4u);
+  const std::string parent = std::to_string(::getpid());
+  std::vector<std::string> parent_seqs;
+  std::set<std::string> parent_sessions;
+  std::set<std::string> child_sessions;
+  std::set<std::string> child_pids;
+  for (const std::string& line : lines) {
+    if (value_of(line, "pid") == parent) {
+      parent_seqs.push_back(value_of(line, "seq"));
+      parent_sessions.insert(value_of(line, "session"));
+    } else {
+      EXPECT_EQ(value_of(line, "seq"), "0") << line;
+      child_sessions.insert(value_of(line, "session"));
+      child_pids.insert(value_of(line, "pid"));
+    }
+  }
+  EXPECT_EQ(parent_seqs, (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(parent_sessions.size(), 1u);
+  EXPECT_EQ(child_pids.size(), 2u);
+  EXPECT_EQ(child_sessions.size(), 2u);
+  EXPECT_FALSE(child_sessions.contains(*parent_sessions.begin()));
+}
+
+// fork() while another thread is in the middle of a record (here blocked on a full FIFO)
+// waits for that record: a child that inherited the trace's lock held would wait forever
+// at its first record, as no thread of its own holds it.
+TEST(TraceFork, AForkDuringARecordLeavesTheChildAbleToTrace) {
+  const std::string fifo = testing::TempDir() + "trace_test_fork.fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  set_trace_path(fifo);
+  // 1 MiB: more than the pipe holds, so the writer blocks inside its write, under the lock.
+  std::thread writer([] { append_trace_record(",\"op\":\"" + std::string(1 << 20, 'a') + "\""); });
+  pollfd ready{reader, POLLIN, 0};
+  ASSERT_EQ(::poll(&ready, 1, 10000), 1);  // the writer's write has begun
+  std::thread drainer([reader] {
+    // Long enough for fork() to be called while the write is blocked.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    char buffer[65536];
+    for (;;) {
+      pollfd more{reader, POLLIN, 0};
+      if (::poll(&more, 1, 2000) <= 0) return;  // the child's record too has been read
+      if (::read(reader, buffer, sizeof buffer) <= 0) return;
+    }
+  });
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      std::_Exit(append_trace_record(R"(,"op":"child")") ? 0 : 1);
+    } catch (...) {
+      std::_Exit(2);
+    }
+  }
+  int status = 0;
+  pid_t waited = 0;
+  for (int tries = 0; tries < 100 && waited == 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    waited = ::waitpid(pid, &status, WNOHANG);
+  }
+  if (waited == 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  writer.join();
+  drainer.join();
+  set_trace_path("");
+  ::close(reader);
+  std::remove(fifo.c_str());
+  ASSERT_EQ(waited, pid) << "the child did not finish its record within 10 s";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// A write that fails part-way (a full disk; here the file size limit) leaves no part of
+// its record: the file is cut back to its size before the record, so the next record
+// starts a line of its own and the trace stays readable.
+TEST_F(TraceFile, ARecordCutShortIsTakenBack) {
+  ASSERT_TRUE(append_trace_record(R"(,"op":"first")"));
+  const std::uintmax_t before = std::filesystem::file_size(path);
+  // At the limit the kernel sends SIGXFSZ, which would end the process: ignored, the
+  // write fails with EFBIG instead.
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old_limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit limit = old_limit;
+  limit.rlim_cur = static_cast<rlim_t>(before + 20);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  std::string error;
+  try {
+    append_trace_record(R"(,"op":")" + std::string(200, 'x') + "\"");
+  } catch (const Error& e) {
+    error = e.argument() + ": " + e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(error.starts_with("trace: ")) << error;
+  EXPECT_NE(error.find("write failed"), std::string::npos) << error;
+  EXPECT_EQ(std::filesystem::file_size(path), before);
+  ASSERT_TRUE(append_trace_record(R"(,"op":"third")"));
+  const std::vector<std::string> lines = records();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(value_of(lines[0], "op"), "\"first\"");
+  // The record that failed took no seq: the session's records stay numbered 0, 1, ...
+  EXPECT_EQ(value_of(lines[1], "seq"), "1") << lines[1];
+  EXPECT_EQ(value_of(lines[1], "op"), "\"third\"") << lines[1];
+}
+
+// A trace removed while open (to start afresh, as docs/trace.md advises) is created
+// again by the next record, in a new session: the records do not go on into the
+// unlinked file, where nothing could read them.
+TEST_F(TraceFile, ARemovedTraceIsCreatedAgain) {
+  ASSERT_TRUE(append_trace_record(R"(,"op":"a")"));
+  const std::string first_session = value_of(read_lines(path).at(0), "session");
+  ASSERT_EQ(std::remove(path.c_str()), 0);
+  ASSERT_TRUE(append_trace_record(R"(,"op":"b")"));
+  ASSERT_TRUE(append_trace_record(R"(,"op":"c")"));
+  EXPECT_EQ(trace_path(), path);
+  const std::vector<std::string> lines = records();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(value_of(lines[0], "seq"), "0");
+  EXPECT_EQ(value_of(lines[0], "op"), "\"b\"");
+  EXPECT_EQ(value_of(lines[1], "seq"), "1");
+  EXPECT_EQ(value_of(lines[0], "session"), value_of(lines[1], "session"));
+  EXPECT_NE(value_of(lines[0], "session"), first_session);
+}
+
+// A NUL ends the path the kernel sees: "/tmp/a\0/etc/x" would trace to /tmp/a while
+// trace_path() said otherwise. Refused, and the trace open before stays open.
+TEST_F(TraceFile, APathWithANulIsRefused) {
+  const std::string cut = testing::TempDir() + "trace_test_nul";
+  std::remove(cut.c_str());
+  try {
+    set_trace_path(cut + std::string(1, '\0') + "/evil.jsonl");
+    ADD_FAILURE() << "a path with a NUL was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "path");
+    EXPECT_NE(e.found().find("NUL"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(cut));
+  EXPECT_EQ(trace_path(), path);
+  EXPECT_TRUE(append_trace_record(R"(,"op":"a")"));
+  EXPECT_EQ(records().size(), 1u);
 }
 
 TEST(TraceErrors, UnwritablePathIsAnError) {
