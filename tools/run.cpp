@@ -255,10 +255,8 @@ class Clock {
   std::chrono::steady_clock::time_point last_ = start_;
 };
 
-}  // namespace
-
-int run_main_job(const std::vector<std::string>& tokens) {
-  const JobConfig config = parse_config(tokens);
+// The main job (run_main_job's, after its flags are parsed).
+int run_job(const JobConfig& config) {
   check_job_memory(config, call_library({{"text_len", "--text-len"}, {"images", "--image"}},
                                         [&] { return sequence_length(config.positions); }));
   const bool diffusers = config.positions.layout == PositionLayout::Diffusers;
@@ -274,9 +272,7 @@ int run_main_job(const std::vector<std::string>& tokens) {
               contract::kVersionString, order.c_str(),
               forced.empty() ? "" : (" (" + forced + " forced)").c_str(), isa_name(isa()),
               num_threads(), strict() ? ", strict" : "");
-  if (!config.trace.empty()) {
-    call_library({{"trace", "--trace"}}, [&] { set_trace_path(config.trace); });
-  }
+  if (!config.trace.empty()) set_trace_path(config.trace);
   const std::vector<Position> positions = build_positions(config.positions);
   const auto seq = static_cast<std::int64_t>(positions.size());
   std::string grids;
@@ -372,6 +368,16 @@ int run_main_job(const std::vector<std::string>& tokens) {
   }
   std::printf("  total %.2f s: %s\n", clock.total_s(), pass ? "PASS" : "FAIL");
   return pass ? 0 : 1;
+}
+
+}  // namespace
+
+int run_main_job(const std::vector<std::string>& tokens) {
+  const JobConfig config = parse_config(tokens);
+  if (config.trace.empty()) return run_job(config);
+  // The trace's errors, at its opening or at any record (a full disk; a FIFO whose reader
+  // left, EPIPE), name --trace; one of KERNEL_ALIGN_TRACE's keeps the library's name.
+  return call_library({{"trace", "--trace"}}, [&] { return run_job(config); });
 }
 
 }  // namespace kernel_align::cli

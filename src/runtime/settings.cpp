@@ -131,7 +131,9 @@ int parse_num_threads(const std::string& argument, std::string_view text) {
     throw Error(argument, "a thread count from 1 to 4096 (decimal digits only)",
                 "'" + std::string(text) + "'");
   }
-  if (ec == std::errc::result_out_of_range) n = -1;  // reported as out of range below
+  if (ec == std::errc::result_out_of_range) {
+    throw Error(argument, "a thread count from 1 to 4096", std::string(text));
+  }
   check_threads(argument, n);
   return static_cast<int>(n);
 }

@@ -1,16 +1,21 @@
 // Every way to call `kernel-align` wrongly: exit status 2, one stderr line naming the
 // argument, and nothing written.
+#include <fcntl.h>
+#include <linux/fs.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_harness.hpp"
+#include "inode_flags.hpp"
 
 namespace kernel_align::cli::test {
 namespace {
@@ -23,6 +28,20 @@ Tokens operator+(Tokens a, const Tokens& b) {
 }
 
 constexpr std::int64_t kSeq = 6;
+
+std::string contents(const fs::path& path) {
+  std::ostringstream s;
+  s << std::ifstream(path, std::ios::binary).rdbuf();
+  return s.str();
+}
+
+// Everything read from `fd` until end of file.
+std::string read_all(int fd) {
+  std::string all;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) all.append(buffer, n);
+  return all;
+}
 
 const Tokens kRmsNorm{"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "y.npy"};
 const Tokens kRmsNormBackward{
@@ -384,6 +403,130 @@ TEST_F(CliErrorTest, DeviceOutputsAreWrittenThroughAndAFullOneIsAnError) {
   run_ok({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "null"});
   EXPECT_FALSE(fs::is_regular_file(work() / "null"));
   expect_bad_argument(kRmsNormBackward + Tokens{"--weight", "w.npy", "--dw", "full"}, "--dw");
+}
+
+// A thread count beyond every integer type is said as given (before: "found -1"), on the
+// command line and in the environment.
+TEST_F(CliErrorTest, AThreadCountBeyondEveryIntegerIsSaidAsGiven) {
+  for (const std::string huge : {"99999999999999999999", "-99999999999999999999"}) {
+    expect_bad_argument(kRmsNorm + Tokens{"--threads", huge}, "--threads");
+    const CliResult flag = run(kRmsNorm + Tokens{"--threads", huge});
+    EXPECT_NE(flag.err.find("found " + huge + "\n"), std::string::npos) << flag.err;
+    ::setenv("KERNEL_ALIGN_NUM_THREADS", huge.c_str(), 1);
+    const CliResult variable = run(kRmsNorm);
+    ::unsetenv("KERNEL_ALIGN_NUM_THREADS");
+    EXPECT_EQ(variable.status, 2);
+    EXPECT_NE(variable.err.find("argument 'KERNEL_ALIGN_NUM_THREADS'"), std::string::npos)
+        << variable.err;
+    EXPECT_NE(variable.err.find("found " + huge + "\n"), std::string::npos) << variable.err;
+  }
+}
+
+// Two outputs naming one file through a symlinked directory (before: accepted, one output
+// lost).
+TEST_F(CliErrorTest, TwoOutputsNamingOneFileThroughALinkedDirectory) {
+  fs::create_directory(work() / "d");
+  fs::create_directory_symlink("d", work() / "e");
+  expect_bad_argument({"tables", "--positions", "pos.npy", "--cos", "d/x.npy", "--sin", "e/x.npy"},
+                      "--sin");
+  expect_bad_argument({"apply", "qk-rmsnorm-backward", "--x", "x.npy", "--dy", "dy.npy", "--weight",
+                       "w.npy", "--dx", "d/g.npy", "--dw", "e/g.npy"},
+                      "--dw");
+}
+
+// An output that is also an input is read first, then replaced like any output.
+TEST_F(CliErrorTest, AnOutputThatIsAnInputIsReplacedAfterItWasRead) {
+  run_ok({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "y.npy"});
+  run_ok({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "x.npy"});
+  EXPECT_EQ(contents(work() / "x.npy"), contents(work() / "y.npy"));
+}
+
+// An output that cannot be replaced (immutable, append-only) refuses the whole command
+// before any output is replaced (before: --cos or --dx was already replaced).
+TEST_F(CliErrorTest, AnOutputThatCannotBeReplacedLeavesEveryOutputUntouched) {
+  run_ok({"tables", "--positions", "pos.npy", "--cos", "c.npy", "--sin", "s.npy"});
+  run_ok(kRmsNormBackward + Tokens{"--weight", "w.npy", "--dw", "dw.npy"});
+  // Contents no run gives: a replaced first output would show.
+  write_bytes("c.npy", {std::byte{1}});
+  write_bytes("dx.npy", {std::byte{2}});
+  for (const int flag : {FS_IMMUTABLE_FL, FS_APPEND_FL}) {
+    const ScopedInodeFlags sin(work() / "s.npy", flag);
+    const ScopedInodeFlags dw(work() / "dw.npy", flag);
+    if (!sin.set() || !dw.set()) GTEST_SKIP() << "cannot set inode flags (chattr) here";
+    expect_bad_argument(kTables, "--sin");
+    expect_bad_argument(kRmsNormBackward + Tokens{"--weight", "w.npy", "--dw", "dw.npy"}, "--dw");
+  }
+}
+
+// /dev/stdout, /proc/self/fd/1 and /dev/fd/1 are the standard output the command was
+// given: a pipe gets the .npy (before: "No such file or directory"), a file opened for
+// append (>>) is appended to (before: replaced by the .npy alone).
+TEST_F(CliErrorTest, StandardOutputPathsAreWrittenThroughTheStream) {
+  run_ok(kRmsNorm);
+  const std::string npy = contents(work() / "y.npy");
+  for (const std::string path : {"/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"}) {
+    int pipe_fds[2];
+    ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+    const CliResult r =
+        run_with_stdout({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", path}, pipe_fds[1]);
+    ::close(pipe_fds[1]);
+    EXPECT_EQ(r.status, 0) << path << ": " << r.err;
+    EXPECT_TRUE(read_all(pipe_fds[0]) == npy) << path;  // (bytes not printed)
+    ::close(pipe_fds[0]);
+  }
+  std::ofstream(work() / "log") << "earlier\n";
+  const int log = ::open((work() / "log").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(log, 0);
+  const CliResult r =
+      run_with_stdout({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "/dev/stdout"}, log);
+  ::close(log);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contents(work() / "log") == "earlier\n" + npy);
+}
+
+// SIGPIPE is ignored: an output or standard output whose reader is gone is exit 2 naming
+// it (before: killed by SIGPIPE, status 141, nothing said).
+TEST_F(CliErrorTest, APipeWithoutReaderIsAnErrorNamingTheFlag) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+  ::close(pipe_fds[0]);
+  const CliResult out =
+      run_with_stdout({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "/dev/stdout"}, pipe_fds[1]);
+  EXPECT_EQ(out.status, 2);
+  EXPECT_EQ(out.err.rfind("kernel-align: error: argument '--out': ", 0), 0u) << out.err;
+  EXPECT_NE(out.err.find(std::strerror(EPIPE)), std::string::npos) << out.err;
+  const CliResult shapes = run_with_stdout({"shapes"}, pipe_fds[1]);
+  ::close(pipe_fds[1]);
+  EXPECT_EQ(shapes.status, 2);
+  EXPECT_EQ(shapes.err.rfind("kernel-align: error: argument 'stdout': ", 0), 0u) << shapes.err;
+  EXPECT_NE(shapes.err.find(std::strerror(EPIPE)), std::string::npos) << shapes.err;
+}
+
+// A FIFO whose reader leaves early, as --out (an output larger than the pipe's buffer) and
+// as run's --trace (the buffer cut to one page, smaller than the run's records).
+TEST_F(CliErrorTest, AFifoWhoseReaderLeavesIsAnErrorNamingTheFlag) {
+  ASSERT_EQ(::mkfifo((work() / "fifo").c_str(), 0644), 0) << std::strerror(errno);
+  const auto open_and_leave = [&] {
+    const int fd = ::open((work() / "fifo").c_str(), O_RDONLY | O_CLOEXEC);
+    ::fcntl(fd, F_SETPIPE_SZ, 4096);
+    ::close(fd);
+  };
+  write_x({1, 512, 2, 128});  // 256 KiB of bf16
+  std::thread reader(open_and_leave);
+  const CliResult out = run({"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "fifo"});
+  reader.join();
+  EXPECT_EQ(out.status, 2);
+  EXPECT_EQ(out.err.rfind("kernel-align: error: argument '--out': ", 0), 0u) << out.err;
+  EXPECT_NE(out.err.find(std::strerror(EPIPE)), std::string::npos) << out.err;
+
+  reader = std::thread(open_and_leave);
+  const CliResult trace = run({"run", "--image", "256x256", "--text-len", "16", "--heads", "4",
+                               "--batch", "3", "--trace", "fifo"});
+  reader.join();
+  EXPECT_EQ(trace.status, 2);
+  EXPECT_NE(trace.err.find("kernel-align: error: argument '--trace': "), std::string::npos)
+      << trace.err;
+  EXPECT_NE(trace.err.find(std::strerror(EPIPE)), std::string::npos) << trace.err;
 }
 
 }  // namespace

@@ -72,6 +72,21 @@ class CliTest : public ::testing::Test {
     return results;
   }
 
+  // The binary with `args` and the descriptor `stdout_fd` as its standard output (a pipe,
+  // a file opened for append): its status and stderr (`out` stays empty).
+  CliResult run_with_stdout(const std::vector<std::string>& args, int stdout_fd) const {
+    CliResult result;
+    int wait_status = 0;
+    const pid_t pid = start(args, 0, stdout_fd);
+    if (pid < 0 || ::waitpid(pid, &wait_status, 0) != pid || !WIFEXITED(wait_status)) {
+      ADD_FAILURE() << "could not run " << KA_CLI_PATH;
+      return result;
+    }
+    result.status = WEXITSTATUS(wait_status);
+    result.err = slurp(stream_path("stderr", 0));
+    return result;
+  }
+
   // Asserts the run succeeded and returns its stdout.
   std::string run_ok(const std::vector<std::string>& args) const {
     const CliResult r = run(args);
@@ -134,13 +149,15 @@ class CliTest : public ::testing::Test {
     return root_ / (stream + std::to_string(index));
   }
 
-  // Forks the binary with `args`; its stdout and stderr go to files numbered `index`.
-  pid_t start(const std::vector<std::string>& args, std::size_t index) const {
+  // Forks the binary with `args`; its stdout and stderr go to files numbered `index`, or
+  // its stdout to `stdout_fd` where given.
+  pid_t start(const std::vector<std::string>& args, std::size_t index, int stdout_fd = -1) const {
     const fs::path out_path = stream_path("stdout", index);
     const fs::path err_path = stream_path("stderr", index);
     const pid_t pid = ::fork();
     if (pid == 0) {
-      const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int out =
+          stdout_fd >= 0 ? stdout_fd : ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0 ||
           ::chdir(work_.c_str()) != 0) {
