@@ -5,8 +5,10 @@
 // padded rows), ranks 1 to 4, and outputs that are their inputs (in place).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernel_align/ops.hpp"
@@ -18,6 +20,7 @@ namespace kernel_align {
 namespace {
 
 using test::CaseSpec;
+using test::HostTensor;
 using test::OpKind;
 using test::Placement;
 using test::Rng;
@@ -211,6 +214,82 @@ TEST(NormBackward, WeightWithoutDw) {
     c.heads = 6;
     c.d = 128;
     expect_all_cpu_configs_match(op, c, rng);
+  }
+}
+
+// q and k as disjoint views of one buffer, whose byte ranges interleave (issue 34, defect
+// 8; validation once refused them all as overlapping): the packed QKV layout
+// [B, S, 3, H, D] (q and k the slices 0 and 1 of dim 2, v untouched), the halves of rows
+// of 2D, and elements interleaved ([..., D, 2]). The fused forward in place, and the norm
+// from the q view into the k view, give on every CPU configuration the bytes of the
+// same calls on separate tensors, and leave every other element of the buffer as it was.
+TEST(DisjointViewsOfOneBuffer, GiveTheBytesOfSeparateTensors) {
+  const test::RuntimeGuard guard;
+  constexpr std::int64_t kB = 2, kS = 5, kH = 3, kD = 128, kText = 2;
+  struct Packing {
+    const char* name;
+    std::int64_t buffer_elements;
+    std::array<std::int64_t, 4> strides;  // of q and k, [B, S, H, D]
+    std::int64_t k_offset;                // elements from q's first
+  };
+  const Packing packings[] = {
+      {"packed qkv", kB * kS * 3 * kH * kD, {{kS * 3 * kH * kD, 3 * kH * kD, kD, 1}}, kH * kD},
+      {"row halves", kB * kS * kH * 2 * kD, {{kS * kH * 2 * kD, kH * 2 * kD, 2 * kD, 1}}, kD},
+      {"interleaved", kB * kS * kH * kD * 2, {{kS * kH * kD * 2, kH * kD * 2, kD * 2, 2}}, 1},
+  };
+  Rng rng(34);
+  const test::TablePair t = test::random_tables(kS, kD, rng);
+  const HostTensor w_q = test::random_weight(DType::BF16, kD, rng);
+  const HostTensor w_k = test::random_weight(DType::BF16, kD, rng);
+  const QkNormWeights weights{w_q.cview(), w_k.cview(), w_q.cview(), w_k.cview()};
+  const QkNormRopeOptions options{1e-6f, NormMode::Diffusers, Pairing::Interleaved, Layout::BSHD,
+                                  kText};
+  std::vector<test::RunConfig> configs = test::all_cpu_configs();
+  configs.insert(configs.begin(), test::RunConfig::reference());
+  for (const Packing& p : packings) {
+    SCOPED_TRACE(p.name);
+    const HostTensor original = test::random_tensor(DType::BF16, {p.buffer_elements}, rng);
+    // The q and k views of a buffer.
+    const auto views = [&](HostTensor& buffer) {
+      TensorView q = TensorView::contiguous(buffer.data(), DType::BF16, {kB, kS, kH, kD});
+      q.strides = p.strides;
+      TensorView k = q;
+      k.data = static_cast<std::uint16_t*>(buffer.data()) + p.k_offset;
+      return std::pair{q, k};
+    };
+    // The expected buffers: the calls on contiguous copies, copied back into the views.
+    HostTensor fused_expected = original;
+    HostTensor norm_expected = original;
+    {
+      test::RunConfig::reference().apply();
+      const auto [q, k] = views(fused_expected);
+      HostTensor q_alone(DType::BF16, {kB, kS, kH, kD});
+      HostTensor k_alone(DType::BF16, {kB, kS, kH, kD});
+      test::copy_into(q, q_alone.view());
+      test::copy_into(k, k_alone.view());
+      HostTensor q_out(DType::BF16, {kB, kS, kH, kD});
+      HostTensor k_out(DType::BF16, {kB, kS, kH, kD});
+      qk_norm_rope_forward(q_alone.cview(), k_alone.cview(), weights, t.cos.cview(), t.sin.cview(),
+                           q_out.view(), k_out.view(), options);
+      test::copy_into(q_out.cview(), q);
+      test::copy_into(k_out.cview(), k);
+      HostTensor y(DType::BF16, {kB, kS, kH, kD});
+      qk_rmsnorm_forward(q_alone.cview(), w_q.cview(), y.view(), {});
+      test::copy_into(y.cview(), views(norm_expected).second);
+    }
+    for (const test::RunConfig& config : configs) {
+      config.apply();
+      HostTensor fused = original;
+      const auto [q, k] = views(fused);
+      ASSERT_NO_THROW(
+          qk_norm_rope_forward(q, k, weights, t.cos.cview(), t.sin.cview(), q, k, options))
+          << config.name();
+      EXPECT_TRUE(fused == fused_expected) << "fused, in place: " << config.name();
+      HostTensor norm = original;
+      const auto [x, y] = views(norm);
+      ASSERT_NO_THROW(qk_rmsnorm_forward(x, w_q.cview(), y, {})) << config.name();
+      EXPECT_TRUE(norm == norm_expected) << "norm, q into k: " << config.name();
+    }
   }
 }
 

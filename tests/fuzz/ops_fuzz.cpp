@@ -1,12 +1,14 @@
 // libFuzzer target, differential: every op through the public API on views decoded from
 // the input, all pointing into one arena: shapes (small, or near integer overflow),
 // strides (any: zero, overlapping, huge), dtypes, layouts, modes, pairings, eps,
-// text_len, outputs in place or anywhere (overlapping inputs and each other), pointers
-// off their dtype's alignment. The validation must accept a call or throw
-// kernel_align::Error; a call whose views reach past the arena (a view that is never
+// text_len, outputs in place or anywhere (overlapping inputs and each other, or beside
+// them with the same strides: byte ranges that interleave, with or without a common
+// element), pointers off their dtype's alignment. The validation must accept a call or
+// throw kernel_align::Error; a call whose views reach past the arena (a view that is never
 // allocated whole) is only validated, directly, and must touch nothing. Whatever is
 // accepted, every backend and path (simd at every ISA path and 1 or 3 threads, the CUDA
 // kernels on the grid emulator) must leave the arena byte for byte as the reference does.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -88,8 +90,27 @@ class Decoder {
     return v;
   }
 
+  // Mostly a view of its own; sometimes one beside `like` (beside()).
   TensorView same_shape(DType t, const ConstTensorView& like) {
+    if (f_.ConsumeIntegralInRange<int>(0, 3) == 0) return beside(t, like, like.shape.data());
     return view(t, like.rank, like.shape.data());
+  }
+
+  // A view of `shape` (near's rank) with near's strides, its data 0 to 64 elements after
+  // near's: views of one buffer as a framework makes them, whose byte ranges interleave
+  // (packed QKV, the halves of rows, every other element) with or without a common
+  // element.
+  TensorView beside(DType t, const ConstTensorView& near, const std::int64_t* shape) {
+    TensorView v;
+    v.dtype = t;
+    v.rank = near.rank;
+    for (int i = 0; i < v.rank; ++i) v.shape[i] = shape[i];
+    v.strides = near.strides;
+    const std::size_t offset =
+        static_cast<std::size_t>(static_cast<const std::byte*>(near.data) - arena_.bytes) +
+        f_.ConsumeIntegralInRange<std::size_t>(0, 64) * dtype_size(t);
+    v.data = arena_.bytes + std::min(offset, kArenaBytes - 1);
+    return v;
   }
 
   std::optional<ConstTensorView> weight(std::int64_t d) {
@@ -202,7 +223,8 @@ Call decode(FuzzedDataProvider& f, Arena& arena) {
     };
     return call;
   }
-  const TensorView k = in.view(activations, 4, stored(k_heads).data());
+  const TensorView k = in.coin() ? in.beside(activations, q, stored(k_heads).data())
+                                 : in.view(activations, 4, stored(k_heads).data());
   QkNormWeights weights{in.weight(d), in.weight(d), in.weight(d), in.weight(d)};
   const QkNormRopeOptions options{
       in.eps(), in.mode(), rope.pairing, rope.layout,

@@ -2,9 +2,14 @@
 // writes nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernel_align/error.hpp"
 #include "kernel_align/ops.hpp"
@@ -321,6 +326,147 @@ TEST_F(RopeErrors, OutputMayNotOverlapAnInputOrTheTables) {
   null_cos.data = nullptr;
   EXPECT_TRUE(rejects(
       [&] { multi_axis_rope_forward(x.cview(), null_cos, sin.cview(), y.view(), {}); }, "cos"));
+}
+
+// ---- Aliasing is decided by shared bytes, not by byte ranges (issue 34, defect 8) ----
+
+// What validation says of x (an input) and y (an output) given to qk_rmsnorm_forward with
+// eps = -1: eps is checked after the aliasing rule, so "eps" means the views were found
+// apart and nothing runs either way.
+struct Verdict {
+  std::string argument;
+  std::string message;
+};
+Verdict verdict(const ConstTensorView& x, const TensorView& y) {
+  try {
+    qk_rmsnorm_forward(x, std::nullopt, y, {-1.0f});
+  } catch (const Error& e) {
+    return {e.argument(), e.what()};
+  }
+  return {"(accepted)", ""};
+}
+
+// Whether two views share a byte, by listing every byte of each.
+bool share_a_byte(const ConstTensorView& a, const ConstTensorView& b) {
+  std::vector<std::uintptr_t> bytes;
+  const auto each_byte = [](const ConstTensorView& v, const auto& f) {
+    const std::size_t size = dtype_size(v.dtype);
+    test::for_each_index(v, [&](std::int64_t, const std::array<std::int64_t, 4>& idx) {
+      const auto first = reinterpret_cast<std::uintptr_t>(v.data) +
+                         static_cast<std::uintptr_t>(test::view_offset(v, idx)) * size;
+      for (std::size_t i = 0; i < size; ++i) f(first + i);
+    });
+  };
+  each_byte(a, [&](std::uintptr_t p) { bytes.push_back(p); });
+  std::sort(bytes.begin(), bytes.end());
+  bool shared = false;
+  each_byte(b, [&](std::uintptr_t p) {
+    shared = shared || std::binary_search(bytes.begin(), bytes.end(), p);
+  });
+  return shared;
+}
+
+// Views of one buffer that interleave without a common element pass (the rows' halves,
+// every other element, packed q/k/v, an fp32 input with bf16 outputs between its
+// elements); any common byte is refused, a partial element included.
+TEST(Aliasing, InterleavedViewsPassUnlessTheyShareAByte) {
+  HostTensor buffer(DType::F32, {4, 16});
+  auto* base = static_cast<unsigned char*>(buffer.data());
+  const auto view = [&](DType dtype, std::int64_t byte_offset,
+                        std::initializer_list<std::int64_t> shape,
+                        std::initializer_list<std::int64_t> strides) {
+    TensorView v = TensorView::contiguous(base + byte_offset, dtype, {1});
+    return test::strided(v, shape, strides);
+  };
+  // buf[..., :8] and buf[..., 8:]; buf[..., 0::2] and buf[..., 1::2].
+  EXPECT_EQ(
+      verdict(view(DType::F32, 0, {4, 8}, {16, 1}), view(DType::F32, 32, {4, 8}, {16, 1})).argument,
+      "eps");
+  EXPECT_EQ(
+      verdict(view(DType::F32, 0, {4, 8}, {16, 2}), view(DType::F32, 4, {4, 8}, {16, 2})).argument,
+      "eps");
+  // q, k, v of [4, 3, 2, 2]: q and k of one call ([B, S, H, D] layouts in rank 3 here).
+  EXPECT_EQ(verdict(view(DType::F32, 0, {4, 2, 2}, {12, 2, 1}),
+                    view(DType::F32, 16, {4, 2, 2}, {12, 2, 1}))
+                .argument,
+            "eps");
+  // fp32 elements 8 bytes apart with bf16 outputs in the gaps; then at byte 2, inside one.
+  EXPECT_EQ(
+      verdict(view(DType::F32, 0, {4, 8}, {16, 2}), view(DType::BF16, 4, {4, 8}, {32, 4})).argument,
+      "eps");
+  const Verdict partial =
+      verdict(view(DType::F32, 0, {4, 8}, {16, 2}), view(DType::BF16, 2, {4, 8}, {32, 4}));
+  EXPECT_EQ(partial.argument, "y");
+  EXPECT_NE(partial.message.find("found an overlapping view"), std::string::npos)
+      << partial.message;
+  // Interleaved with one element in common per row: the second halves moved one element
+  // left (element 7 of each row is in both); every other element moved by two.
+  EXPECT_EQ(
+      verdict(view(DType::F32, 0, {4, 8}, {16, 1}), view(DType::F32, 28, {4, 8}, {16, 1})).argument,
+      "y");
+  EXPECT_EQ(
+      verdict(view(DType::F32, 0, {4, 8}, {16, 2}), view(DType::F32, 8, {4, 8}, {16, 2})).argument,
+      "y");
+}
+
+// The decision against byte lists, over random small views of one buffer (any strides,
+// zero included, dtypes and offsets): exact both ways. y exactly x is in place and passes;
+// outputs refused for overlapping themselves (a sufficient rule of its own) are left out.
+TEST(Aliasing, ExactOnRandomStridedViews) {
+  HostTensor buffer(DType::F32, {512});
+  auto* base = static_cast<unsigned char*>(buffer.data());
+  test::Rng rng(8);
+  const auto random_view = [&](int rank, const std::array<std::int64_t, 4>& shape) {
+    const DType dtype = static_cast<DType>(rng.below(3));
+    const auto size = static_cast<std::int64_t>(dtype_size(dtype));
+    TensorView v = TensorView::contiguous(base + size * rng.below(32), dtype, {1});
+    v.rank = rank;
+    for (int i = 0; i < rank; ++i) {
+      v.shape[i] = shape[i];
+      v.strides[i] = rng.below(10);
+    }
+    v.strides[rank - 1] = 1 + rng.below(4);  // rows whose elements are distinct
+    return v;
+  };
+  int apart = 0, sharing = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int rank = 1 + static_cast<int>(rng.below(3));
+    std::array<std::int64_t, 4> shape{};
+    for (int i = 0; i < rank; ++i) shape[i] = 1 + rng.below(4);
+    shape[rank - 1] = 2 * (1 + rng.below(2));
+    const TensorView x = random_view(rank, shape);
+    const TensorView y = random_view(rank, shape);
+    const Verdict v = verdict(x, y);
+    if (v.message.find("whose elements do not overlap") != std::string::npos) continue;
+    // Exactly x (in place) passes whatever it shares.
+    const bool in_place =
+        x.data == y.data && x.dtype == y.dtype && x.shape == y.shape && x.strides == y.strides;
+    const bool shared = !in_place && share_a_byte(x, y);
+    (shared ? sharing : apart) += 1;
+    EXPECT_EQ(v.argument, shared ? "y" : "eps")
+        << "x " << describe(x) << ", y " << describe(y) << ": " << v.message;
+  }
+  // Both answers were exercised many times.
+  EXPECT_GT(apart, 500);
+  EXPECT_GT(sharing, 500);
+}
+
+// An equation the search cannot finish within its bound is refused, saying so, never
+// accepted: x's rows 40000 elements apart, y's 40001 apart and 10000 elements on, 20000
+// rows each (they share no element: that takes 20000 steps to prove). With 2000 rows of
+// 4000 and 4001, the same shape of problem is decided: apart.
+TEST(Aliasing, AnOverlapThatCannotBeRuledOutIsRefused) {
+  HostTensor buffer(DType::F32, {10002});
+  const auto pair = [&](std::int64_t rows, std::int64_t x_step, std::int64_t offset) {
+    ConstTensorView x = test::strided(buffer.cview(), {rows, 2}, {x_step, 0});
+    TensorView y = test::strided(buffer.view(), {rows, 2}, {x_step + 1, 1});
+    y.data = static_cast<float*>(buffer.data()) + offset;
+    return verdict(x, y);
+  };
+  const Verdict hard = pair(20000, 40000, 10000);
+  EXPECT_EQ(hard.argument, "y");
+  EXPECT_NE(hard.message.find("could not be ruled out"), std::string::npos) << hard.message;
+  EXPECT_EQ(pair(2000, 4000, 1000).argument, "eps");
 }
 
 }  // namespace
