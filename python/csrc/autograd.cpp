@@ -11,12 +11,22 @@
 // qk_rmsnorm_backward or qk_norm_rope_backward (double backward, as a gradient penalty
 // needs) is not implemented and raises a clear error when it is asked for.
 //
+// The in-place operators (multi_axis_rope_, qk_norm_rope_) get the two kernels torch
+// generates for its own in-place ops: an ADInplaceOrView kernel that bumps the version
+// counter of every tensor the op writes (so autograd refuses a backward that would read a
+// saved tensor's overwritten value, and an inference tensor cannot be written outside
+// inference mode), and an Autograd kernel: multi_axis_rope_ rebases x's history like any
+// in-place op (its backward needs only the tables), qk_norm_rope_ refuses tensors that
+// require grad (its backward needs the q and k it overwrites).
+//
 // They are C++ rather than torch.library.register_autograd's Python kernel because every
 // call passes through the Autograd key, gradients or not: after a kernel that streamed
 // tens of MB through the caches, that Python round trip cost about 0.1 ms per call
 // (docs/performance.md, "Binding overhead").
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -46,11 +56,18 @@ using QkRmsNormBackwardSignature = std::tuple<at::Tensor, at::Tensor>(const at::
                                                                       c10::string_view, bool);
 using RopeSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                  c10::string_view, c10::string_view);
+using RopeInplaceSignature = void(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                  c10::string_view, c10::string_view);
 using QkNormRopeSignature = std::tuple<at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const OptionalTensor&, const OptionalTensor&,
     const OptionalTensor&, const OptionalTensor&, const at::Tensor&, const at::Tensor&,
     std::int64_t, double, c10::string_view, c10::string_view, c10::string_view,
     std::optional<at::ScalarType>);
+using QkNormRopeInplaceSignature = void(const at::Tensor&, const at::Tensor&, const OptionalTensor&,
+                                        const OptionalTensor&, const OptionalTensor&,
+                                        const OptionalTensor&, const at::Tensor&, const at::Tensor&,
+                                        std::int64_t, double, c10::string_view, c10::string_view,
+                                        c10::string_view);
 using QkNormRopeBackwardSignature =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
         const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -137,14 +154,20 @@ struct QkRmsNormBackwardFunction : torch::autograd::Function<QkRmsNormBackwardFu
   }
 };
 
+// What the RoPE backwards read: the tables and the options.
+void save_rope(AutogradContext* ctx, const at::Tensor& cos, const at::Tensor& sin,
+               c10::string_view pairing, c10::string_view layout) {
+  ctx->save_for_backward({cos, sin});
+  ctx->saved_data["pairing"] = std::string(pairing);
+  ctx->saved_data["layout"] = std::string(layout);
+}
+
 struct RopeFunction : torch::autograd::Function<RopeFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin, c10::string_view pairing,
                             c10::string_view layout) {
     static const auto op = operator_handle<RopeSignature>("kernel_align::multi_axis_rope");
-    ctx->save_for_backward({cos, sin});
-    ctx->saved_data["pairing"] = std::string(pairing);
-    ctx->saved_data["layout"] = std::string(layout);
+    save_rope(ctx, cos, sin, pairing, layout);
     return redispatch(op, x, cos, sin, pairing, layout);
   }
 
@@ -158,6 +181,27 @@ struct RopeFunction : torch::autograd::Function<RopeFunction> {
   }
 };
 
+// multi_axis_rope_ recorded as an in-place op of x: mark_dirty rebases x's history onto
+// this node (through CopySlices where x is a view) and bumps x's version, once, as torch's
+// in-place ops do; hence the redispatch below ADInplaceOrView, whose kernel would bump it
+// again. Rotation is linear, so the backward is RopeFunction's: it needs only the tables,
+// not the x this overwrites.
+struct RopeInplaceFunction : torch::autograd::Function<RopeInplaceFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin, c10::string_view pairing,
+                            c10::string_view layout) {
+    static const auto op = operator_handle<RopeInplaceSignature>("kernel_align::multi_axis_rope_");
+    save_rope(ctx, cos, sin, pairing, layout);
+    redispatch(op, x, cos, sin, pairing, layout);
+    ctx->mark_dirty({x});
+    return x;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return RopeFunction::backward(ctx, std::move(grads));
+  }
+};
+
 // multi_axis_rope_backward is the transpose rotation of dy: linear, so its gradient is
 // the forward rotation of the incoming gradient, through the forward operator (itself
 // differentiable): every order of derivative is exact.
@@ -166,9 +210,7 @@ struct RopeBackwardFunction : torch::autograd::Function<RopeBackwardFunction> {
                             const at::Tensor& sin, c10::string_view pairing,
                             c10::string_view layout) {
     static const auto op = operator_handle<RopeSignature>("kernel_align::multi_axis_rope_backward");
-    ctx->save_for_backward({cos, sin});
-    ctx->saved_data["pairing"] = std::string(pairing);
-    ctx->saved_data["layout"] = std::string(layout);
+    save_rope(ctx, cos, sin, pairing, layout);
     return redispatch(op, dy, cos, sin, pairing, layout);
   }
 
@@ -288,6 +330,90 @@ std::tuple<at::Tensor, at::Tensor> qk_norm_rope_autograd(
   return {out[0], out[1]};
 }
 
+// The in-place ops' Autograd kernels. Their tables follow the functional ops' rule; the
+// redispatch goes on to the ADInplaceOrView kernels below, which bump the versions.
+void multi_axis_rope_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& x,
+                                      const at::Tensor& cos, const at::Tensor& sin,
+                                      c10::string_view pairing, c10::string_view layout) {
+  static const auto op = operator_handle<RopeInplaceSignature>("kernel_align::multi_axis_rope_");
+  check_constant_tables("multi_axis_rope_", cos, sin);
+  if (c10::GradMode::is_enabled() && x.requires_grad()) {
+    // torch's own check, before the write: a leaf that requires grad (or a view of one,
+    // or a view that cannot be rebased) is refused with torch's message.
+    torch::autograd::check_inplace(x, true);
+    RopeInplaceFunction::apply(x, cos, sin, pairing, layout);
+    return;
+  }
+  const at::AutoDispatchBelowAutograd below_autograd;
+  op.redispatch(keys & c10::after_autograd_keyset, x, cos, sin, pairing, layout);
+}
+
+void qk_norm_rope_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& q,
+                                   const at::Tensor& k, const OptionalTensor& text_q_weight,
+                                   const OptionalTensor& text_k_weight,
+                                   const OptionalTensor& image_q_weight,
+                                   const OptionalTensor& image_k_weight, const at::Tensor& cos,
+                                   const at::Tensor& sin, std::int64_t text_len, double eps,
+                                   c10::string_view mode, c10::string_view pairing,
+                                   c10::string_view layout) {
+  static const auto op = operator_handle<QkNormRopeInplaceSignature>("kernel_align::qk_norm_rope_");
+  check_constant_tables("qk_norm_rope_", cos, sin);
+  const auto requires_grad = [](const OptionalTensor& t) { return t && t->requires_grad(); };
+  if (c10::GradMode::is_enabled() &&
+      (q.requires_grad() || k.requires_grad() || requires_grad(text_q_weight) ||
+       requires_grad(text_k_weight) || requires_grad(image_q_weight) ||
+       requires_grad(image_k_weight))) {
+    raise_value_error("qk_norm_rope_",
+                      "expected tensors without autograd (the in-place op overwrites q and k, "
+                      "which its backward needs), found one that requires grad: use "
+                      "qk_norm_rope, or torch.no_grad()");
+  }
+  const at::AutoDispatchBelowAutograd below_autograd;
+  op.redispatch(keys & c10::after_autograd_keyset, q, k, text_q_weight, text_k_weight,
+                image_q_weight, image_k_weight, cos, sin, text_len, eps, mode, pairing, layout);
+}
+
+// An inference tensor has no version counter: outside inference mode, bumping it raises
+// torch's "Inplace update to inference tensor outside InferenceMode" error. Raised here,
+// before the write, so that the refused call leaves the tensor as it was.
+void check_writable(const at::Tensor& t) {
+  if (t.is_inference() && !c10::InferenceMode::is_enabled()) torch::autograd::increment_version(t);
+}
+
+// The in-place ops' ADInplaceOrView kernels, as torch generates them for its own: the op
+// below this key, then a version bump of each tensor it wrote.
+void multi_axis_rope_inplace_or_view(c10::DispatchKeySet keys, const at::Tensor& x,
+                                     const at::Tensor& cos, const at::Tensor& sin,
+                                     c10::string_view pairing, c10::string_view layout) {
+  static const auto op = operator_handle<RopeInplaceSignature>("kernel_align::multi_axis_rope_");
+  check_writable(x);
+  {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    op.redispatch(keys & c10::after_ADInplaceOrView_keyset, x, cos, sin, pairing, layout);
+  }
+  torch::autograd::increment_version(x);
+}
+
+void qk_norm_rope_inplace_or_view(c10::DispatchKeySet keys, const at::Tensor& q,
+                                  const at::Tensor& k, const OptionalTensor& text_q_weight,
+                                  const OptionalTensor& text_k_weight,
+                                  const OptionalTensor& image_q_weight,
+                                  const OptionalTensor& image_k_weight, const at::Tensor& cos,
+                                  const at::Tensor& sin, std::int64_t text_len, double eps,
+                                  c10::string_view mode, c10::string_view pairing,
+                                  c10::string_view layout) {
+  static const auto op = operator_handle<QkNormRopeInplaceSignature>("kernel_align::qk_norm_rope_");
+  check_writable(q);
+  check_writable(k);
+  {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    op.redispatch(keys & c10::after_ADInplaceOrView_keyset, q, k, text_q_weight, text_k_weight,
+                  image_q_weight, image_k_weight, cos, sin, text_len, eps, mode, pairing, layout);
+  }
+  torch::autograd::increment_version(q);
+  torch::autograd::increment_version(k);
+}
+
 std::tuple<at::Tensor, at::Tensor> qk_rmsnorm_backward_autograd(const at::Tensor& x,
                                                                 const at::Tensor& dy,
                                                                 const OptionalTensor& weight,
@@ -330,4 +456,11 @@ TORCH_LIBRARY_IMPL(kernel_align, Autograd, m) {
   m.impl("qk_rmsnorm_backward", &kernel_align::torch_ext::qk_rmsnorm_backward_autograd);
   m.impl("multi_axis_rope_backward", &kernel_align::torch_ext::multi_axis_rope_backward_autograd);
   m.impl("qk_norm_rope_backward", &kernel_align::torch_ext::qk_norm_rope_backward_autograd);
+  m.impl("multi_axis_rope_", &kernel_align::torch_ext::multi_axis_rope_inplace_autograd);
+  m.impl("qk_norm_rope_", &kernel_align::torch_ext::qk_norm_rope_inplace_autograd);
+}
+
+TORCH_LIBRARY_IMPL(kernel_align, ADInplaceOrView, m) {
+  m.impl("multi_axis_rope_", &kernel_align::torch_ext::multi_axis_rope_inplace_or_view);
+  m.impl("qk_norm_rope_", &kernel_align::torch_ext::qk_norm_rope_inplace_or_view);
 }

@@ -4,23 +4,96 @@
 // in python/kernel_align/_ops.py give the same shapes and strides) and calls the library
 // entry point that every other front end uses, on torch's current stream for CUDA
 // tensors. Autograd is in autograd.cpp, the fake kernels are registered from Python.
+//
+// Outputs are allocated only once the call is known to be valid: the library's validation
+// (api/call.hpp) runs first on stand-in outputs (StandIns), then the outputs' size is
+// checked against the device's memory, so that a bad D or a shape past the library's
+// limits is named as such rather than failing in torch's allocator.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "api/call.hpp"
 #include "kernel_align/ops.hpp"
 #include "views.hpp"
 
 namespace kernel_align::torch_ext {
 namespace {
+
+// Views of outputs not allocated yet, for validating a call first: each dense, of the
+// shape of the input it is made like (as empty_like makes it) and its own dtype, on that
+// input's device, at an address past the end of every input and of the stand-ins before
+// it, so that the aliasing rule finds it apart from everything, as new memory is. Never
+// dereferenced. Sizes saturate at 2^62: a shape past the library's limits is refused by
+// validation (naming the input first) before any stand-in's address matters.
+class StandIns {
+ public:
+  explicit StandIns(std::initializer_list<std::optional<ConstTensorView>> inputs) {
+    for (const std::optional<ConstTensorView>& v : inputs) {
+      if (!v) continue;
+      std::uint64_t last = 0;
+      for (int i = 0; i < v->rank; ++i) {
+        const auto steps = static_cast<std::uint64_t>(std::max<std::int64_t>(v->shape[i] - 1, 0));
+        last = add(last, mul(steps, static_cast<std::uint64_t>(v->strides[i])));
+      }
+      const auto start = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(v->data));
+      next_ = std::max(next_, add(start, mul(add(last, 1), dtype_size(v->dtype))));
+    }
+  }
+
+  TensorView like(const ConstTensorView& input, DType dtype) {
+    TensorView v;
+    v.dtype = dtype;
+    v.device = input.device;
+    v.rank = input.rank;
+    std::uint64_t elements = 1;
+    for (int i = v.rank - 1; i >= 0; --i) {
+      v.shape[i] = input.shape[i];
+      v.strides[i] = static_cast<std::int64_t>(elements);
+      elements = mul(elements, static_cast<std::uint64_t>(std::max<std::int64_t>(v.shape[i], 0)));
+    }
+    next_ = (next_ + 63) / 64 * 64;  // aligned, as an allocation is
+    v.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(next_));
+    const std::uint64_t size = mul(elements, dtype_size(dtype));
+    next_ = add(next_, size);
+    bytes_ = add(bytes_, size);
+    return v;
+  }
+
+  // The bytes of every stand-in made (at most 2^62).
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  static constexpr std::uint64_t kClamp = std::uint64_t{1} << 62;
+  static std::uint64_t add(std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    return __builtin_add_overflow(a, b, &r) || r > kClamp ? kClamp : r;
+  }
+  static std::uint64_t mul(std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    return __builtin_mul_overflow(a, b, &r) || r > kClamp ? kClamp : r;
+  }
+
+  std::uint64_t next_ = 64;  // never null
+  std::uint64_t bytes_ = 0;
+};
+
+// After a call validated on stand-ins: an Error naming `argument` unless the outputs fit
+// in the memory of `like`'s device.
+void check_outputs_fit(const char* argument, const at::Tensor& like, const StandIns& outputs) {
+  check_fits_memory(argument, like.device(), outputs.bytes(), "outputs");
+}
 
 at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dtype) {
   return at::empty_like(t, t.options().dtype(dtype));
@@ -43,7 +116,12 @@ at::Tensor qk_rmsnorm(const at::Tensor& x, const std::optional<at::Tensor>& weig
     const ConstTensorView xv = input_view(op, "x", x);
     const auto wv = input_view(op, "weight", weight);
     const RmsNormOptions options{eps_of(eps), parse_norm_mode(mode)};
-    at::Tensor y = empty_like_dtype(x, out_dtype.value_or(x.scalar_type()));
+    const at::ScalarType y_type = out_dtype.value_or(x.scalar_type());
+    StandIns outputs({xv, wv});
+    detail::rmsnorm_forward_call(xv, wv, outputs.like(xv, library_dtype(op, "out_dtype", y_type)),
+                                 options);
+    check_outputs_fit("x", x, outputs);
+    at::Tensor y = empty_like_dtype(x, y_type);
     qk_rmsnorm_forward(xv, wv, output_view(op, "out_dtype", y), options, context_of(x));
     return y;
   });
@@ -60,6 +138,12 @@ std::tuple<at::Tensor, at::Tensor> qk_rmsnorm_backward(const at::Tensor& x, cons
     const auto wv = input_view(op, "weight", weight);
     if (compute_dw && !weight) throw Error("compute_dw", "false without a weight", "true");
     const RmsNormOptions options{eps_of(eps), parse_norm_mode(mode)};
+    StandIns outputs({xv, dyv, wv});
+    const TensorView dx_stand_in = outputs.like(xv, xv.dtype);
+    std::optional<TensorView> dw_stand_in;
+    if (compute_dw) dw_stand_in = outputs.like(*wv, wv->dtype);
+    detail::rmsnorm_backward_call(xv, dyv, wv, dx_stand_in, dw_stand_in, options);
+    check_outputs_fit("x", x, outputs);
     at::Tensor dx = empty_like_dtype(x, x.scalar_type());
     at::Tensor dw = compute_dw ? at::empty_like(*weight) : no_gradient(x);
     std::optional<TensorView> dwv;
@@ -78,18 +162,25 @@ at::Tensor multi_axis_rope(const at::Tensor& x, const at::Tensor& cos, const at:
   constexpr const char* op = "multi_axis_rope";
   return translate_errors(op, [&] {
     const ConstTensorView xv = input_view(op, "x", x);
+    const ConstTensorView cv = input_view(op, "cos", cos);
+    const ConstTensorView sv = input_view(op, "sin", sin);
     const RopeOptions options = rope_options(pairing, layout);
+    StandIns outputs({xv, cv, sv});
+    detail::rope_call(Direction::Forward, xv, cv, sv, outputs.like(xv, xv.dtype), options);
+    check_outputs_fit("x", x, outputs);
     at::Tensor y = at::empty_like(x);
-    multi_axis_rope_forward(xv, input_view(op, "cos", cos), input_view(op, "sin", sin),
-                            output_view(op, "y", y), options, context_of(x));
+    multi_axis_rope_forward(xv, cv, sv, output_view(op, "y", y), options, context_of(x));
     return y;
   });
 }
 
+// The library's output of the in-place RoPE is the Python function's x.
+constexpr Rename kRopeInPlaceNames[] = {{"y", "x"}};
+
 void multi_axis_rope_inplace(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                              c10::string_view pairing, c10::string_view layout) {
   constexpr const char* op = "multi_axis_rope_";
-  translate_errors(op, [&] {
+  translate_errors(op, kRopeInPlaceNames, [&] {
     const TensorView xv = output_view(op, "x", x);
     multi_axis_rope_forward(xv, input_view(op, "cos", cos), input_view(op, "sin", sin), xv,
                             rope_options(pairing, layout), context_of(x));
@@ -102,15 +193,29 @@ at::Tensor multi_axis_rope_backward(const at::Tensor& dy, const at::Tensor& cos,
   constexpr const char* op = "multi_axis_rope_backward";
   return translate_errors(op, [&] {
     const ConstTensorView dyv = input_view(op, "dy", dy);
+    const ConstTensorView cv = input_view(op, "cos", cos);
+    const ConstTensorView sv = input_view(op, "sin", sin);
     const RopeOptions options = rope_options(pairing, layout);
+    StandIns outputs({dyv, cv, sv});
+    detail::rope_call(Direction::Backward, dyv, cv, sv, outputs.like(dyv, dyv.dtype), options);
+    check_outputs_fit("dy", dy, outputs);
     at::Tensor dx = at::empty_like(dy);
-    multi_axis_rope_backward(dyv, input_view(op, "cos", cos), input_view(op, "sin", sin),
-                             output_view(op, "dx", dx), options, context_of(dy));
+    multi_axis_rope_backward(dyv, cv, sv, output_view(op, "dx", dx), options, context_of(dy));
     return dx;
   });
 }
 
 using OptionalTensor = std::optional<at::Tensor>;
+
+// The fused ops' arguments as the Python functions name them: the library's
+// "weights.text_q" is text_q_weight, and in place its outputs q_out and k_out are q and k
+// (the functional op's outputs are new tensors, which no message names).
+constexpr Rename kFusedNames[] = {{"weights.text_q", "text_q_weight"},
+                                  {"weights.text_k", "text_k_weight"},
+                                  {"weights.image_q", "image_q_weight"},
+                                  {"weights.image_k", "image_k_weight"},
+                                  {"q_out", "q"},
+                                  {"k_out", "k"}};
 
 QkNormWeights norm_weights(const char* op, const OptionalTensor& text_q,
                            const OptionalTensor& text_k, const OptionalTensor& image_q,
@@ -132,17 +237,26 @@ std::tuple<at::Tensor, at::Tensor> qk_norm_rope(
     std::int64_t text_len, double eps, c10::string_view mode, c10::string_view pairing,
     c10::string_view layout, std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "qk_norm_rope";
-  return translate_errors(op, [&] {
+  return translate_errors(op, kFusedNames, [&] {
     const ConstTensorView qv = input_view(op, "q", q);
     const ConstTensorView kv = input_view(op, "k", k);
     const QkNormWeights weights =
         norm_weights(op, text_q_weight, text_k_weight, image_q_weight, image_k_weight);
+    const ConstTensorView cv = input_view(op, "cos", cos);
+    const ConstTensorView sv = input_view(op, "sin", sin);
     const QkNormRopeOptions options = fused_options(text_len, eps, mode, pairing, layout);
-    at::Tensor q_out = empty_like_dtype(q, out_dtype.value_or(q.scalar_type()));
-    at::Tensor k_out = empty_like_dtype(k, out_dtype.value_or(k.scalar_type()));
-    qk_norm_rope_forward(qv, kv, weights, input_view(op, "cos", cos), input_view(op, "sin", sin),
-                         output_view(op, "out_dtype", q_out), output_view(op, "out_dtype", k_out),
-                         options, context_of(q));
+    const at::ScalarType q_type = out_dtype.value_or(q.scalar_type());
+    const at::ScalarType k_type = out_dtype.value_or(k.scalar_type());
+    StandIns outputs(
+        {qv, kv, weights.text_q, weights.text_k, weights.image_q, weights.image_k, cv, sv});
+    const TensorView q_stand_in = outputs.like(qv, library_dtype(op, "out_dtype", q_type));
+    const TensorView k_stand_in = outputs.like(kv, library_dtype(op, "out_dtype", k_type));
+    detail::qk_norm_rope_forward_call(qv, kv, weights, cv, sv, q_stand_in, k_stand_in, options);
+    check_outputs_fit("q", q, outputs);
+    at::Tensor q_out = empty_like_dtype(q, q_type);
+    at::Tensor k_out = empty_like_dtype(k, k_type);
+    qk_norm_rope_forward(qv, kv, weights, cv, sv, output_view(op, "out_dtype", q_out),
+                         output_view(op, "out_dtype", k_out), options, context_of(q));
     return std::tuple{q_out, k_out};
   });
 }
@@ -155,7 +269,7 @@ void qk_norm_rope_inplace(const at::Tensor& q, const at::Tensor& k,
                           c10::string_view mode, c10::string_view pairing,
                           c10::string_view layout) {
   constexpr const char* op = "qk_norm_rope_";
-  translate_errors(op, [&] {
+  translate_errors(op, kFusedNames, [&] {
     const TensorView qv = output_view(op, "q", q);
     const TensorView kv = output_view(op, "k", k);
     qk_norm_rope_forward(
@@ -177,32 +291,49 @@ SixTensors qk_norm_rope_backward(const at::Tensor& q, const at::Tensor& k, const
                                  c10::string_view mode, c10::string_view pairing,
                                  c10::string_view layout, std::array<bool, 4> compute_dw) {
   constexpr const char* op = "qk_norm_rope_backward";
-  return translate_errors(op, [&] {
+  return translate_errors(op, kFusedNames, [&] {
     const ConstTensorView qv = input_view(op, "q", q);
     const ConstTensorView kv = input_view(op, "k", k);
+    const ConstTensorView dqv = input_view(op, "dq_out", dq_out);
+    const ConstTensorView dkv = input_view(op, "dk_out", dk_out);
     const QkNormWeights weights =
         norm_weights(op, text_q_weight, text_k_weight, image_q_weight, image_k_weight);
+    const ConstTensorView cv = input_view(op, "cos", cos);
+    const ConstTensorView sv = input_view(op, "sin", sin);
     const QkNormRopeOptions options = fused_options(text_len, eps, mode, pairing, layout);
     // In the schema's order: text q, text k, image q, image k.
+    const std::array<const std::optional<ConstTensorView>*, 4> weight_views{
+        &weights.text_q, &weights.text_k, &weights.image_q, &weights.image_k};
+    StandIns outputs({qv, kv, dqv, dkv, weights.text_q, weights.text_k, weights.image_q,
+                      weights.image_k, cv, sv});
+    const TensorView dq_stand_in = outputs.like(qv, qv.dtype);
+    const TensorView dk_stand_in = outputs.like(kv, kv.dtype);
+    std::array<std::optional<TensorView>, 4> dw_stand_ins;
+    for (std::size_t i = 0; i < dw_stand_ins.size(); ++i) {
+      if (compute_dw[i] && !*weight_views[i]) {
+        throw Error("compute_dw", "false for an absent weight",
+                    "true at index " + std::to_string(i));
+      }
+      if (compute_dw[i])
+        dw_stand_ins[i] = outputs.like(**weight_views[i], (*weight_views[i])->dtype);
+    }
+    detail::qk_norm_rope_backward_call(
+        qv, kv, dqv, dkv, weights, cv, sv, dq_stand_in, dk_stand_in,
+        {dw_stand_ins[0], dw_stand_ins[1], dw_stand_ins[2], dw_stand_ins[3]}, options);
+    check_outputs_fit("q", q, outputs);
     const std::array<const OptionalTensor*, 4> weight_tensors{&text_q_weight, &text_k_weight,
                                                               &image_q_weight, &image_k_weight};
     std::array<at::Tensor, 4> dw;
     std::array<std::optional<TensorView>, 4> dw_views;
     for (std::size_t i = 0; i < dw.size(); ++i) {
-      if (compute_dw[i] && !*weight_tensors[i]) {
-        throw Error("compute_dw", "false for an absent weight",
-                    "true at index " + std::to_string(i));
-      }
       dw[i] = compute_dw[i] ? at::empty_like(**weight_tensors[i]) : no_gradient(q);
       if (compute_dw[i]) dw_views[i] = output_view(op, "dw", dw[i]);
     }
     at::Tensor dq = empty_like_dtype(q, q.scalar_type());
     at::Tensor dk = empty_like_dtype(k, k.scalar_type());
     qk_norm_rope_backward(
-        qv, kv, input_view(op, "dq_out", dq_out), input_view(op, "dk_out", dk_out), weights,
-        input_view(op, "cos", cos), input_view(op, "sin", sin), output_view(op, "dq", dq),
-        output_view(op, "dk", dk), {dw_views[0], dw_views[1], dw_views[2], dw_views[3]}, options,
-        context_of(q));
+        qv, kv, dqv, dkv, weights, cv, sv, output_view(op, "dq", dq), output_view(op, "dk", dk),
+        {dw_views[0], dw_views[1], dw_views[2], dw_views[3]}, options, context_of(q));
     return SixTensors{dq, dk, dw[0], dw[1], dw[2], dw[3]};
   });
 }

@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -39,12 +40,23 @@ std::int32_t frame_of(std::int64_t frame) {
   return static_cast<std::int32_t>(frame);
 }
 
+// The library's arguments as kernel_align.qwen_image_positions(text_len, h, w) (the seed
+// layout, one image) and qwen_image_rope_positions(img_shapes, txt_seq_len) (diffusers')
+// name them.
+constexpr Rename kSeedPositionNames[] = {
+    {"images[0].height", "h"}, {"images[0].width", "w"}, {"images*", "h, w"}};
+constexpr Rename kDiffusersPositionNames[] = {
+    {"text_len", "txt_seq_len"}, {"images*", "img_shapes"}, {"frames", "img_shapes"}};
+
 // int32 [S, 3] positions of the sequence [text, image 0, image 1, ...]. `frames` is empty
 // (each image's frame is its index) or gives every image's frame.
 at::Tensor positions(c10::string_view layout, std::int64_t text_len, at::IntArrayRef heights,
                      at::IntArrayRef widths, at::IntArrayRef frames) {
   constexpr const char* op = "positions";
-  return translate_errors(op, [&] {
+  const Renames names = layout == "seed"        ? Renames(kSeedPositionNames)
+                        : layout == "diffusers" ? Renames(kDiffusersPositionNames)
+                                                : Renames();
+  return translate_errors(op, names, [&] {
     PositionRequest request;
     request.layout = parse("layout", layout, kLayouts, position_layout_name);
     request.text_len = text_len;
@@ -66,11 +78,14 @@ at::Tensor positions(c10::string_view layout, std::int64_t text_len, at::IntArra
   });
 }
 
+// The table spec's members are kernel_align.rope_tables' arguments.
+constexpr Rename kTableNames[] = {{"spec.theta", "theta"}, {"spec.axes_dim*", "axes_dim*"}};
+
 // cos and sin, fp32 [S, D/2], of int32 positions [S, len(axes_dim)].
 std::tuple<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions,
                                                at::IntArrayRef axes_dim, double theta) {
   constexpr const char* op = "rope_tables";
-  return translate_errors(op, [&] {
+  return translate_errors(op, kTableNames, [&] {
     TORCH_CHECK_TYPE(positions.scalar_type() == at::kInt,
                      "kernel_align.rope_tables: argument 'positions': expected dtype torch.int32, "
                      "found ",
@@ -137,7 +152,8 @@ std::vector<std::string> backends() {
 
 // "" restores the platform's own order.
 void set_backend(c10::string_view name) {
-  translate_errors("set_backend", [&] { kernel_align::set_backend(name); });
+  static constexpr Rename kNames[] = {{"backend", "name"}};
+  translate_errors("set_backend", kNames, [&] { kernel_align::set_backend(name); });
 }
 
 std::string get_backend() {
@@ -177,6 +193,24 @@ std::vector<std::string> digests(const at::Tensor& tensor, std::optional<std::in
                   "a dim from 0 to " + std::to_string(tensor.dim() - 1) +
                       " (the tensor's rank is " + std::to_string(tensor.dim()) + ")",
                   std::to_string(*batch_dim));
+    }
+    // Bounded as every op is: by what the memory could hold (an expanded view of a few
+    // bytes can stand for more elements than could ever be digested), counted before the
+    // copy to the host, which may materialise them.
+    std::uint64_t bytes = tensor.element_size();
+    bool overflow = false;
+    for (const std::int64_t size : tensor.sizes()) {
+      overflow =
+          __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(size), &bytes) || overflow;
+    }
+    overflow = overflow && std::ranges::find(tensor.sizes(), 0) == tensor.sizes().end();
+    const std::uint64_t limit = memory_bytes(at::Device(at::kCPU));
+    if (overflow || bytes > limit) {
+      throw Error("tensor",
+                  "a tensor whose elements fit in the memory of cpu (" + std::to_string(limit) +
+                      " bytes of RAM and swap)",
+                  "shape " + c10::str(tensor.sizes()) + " (" +
+                      (overflow ? std::string("2^64 or more") : std::to_string(bytes)) + " bytes)");
     }
     const at::Tensor host = tensor.resolve_conj().resolve_neg().cpu();
     StridedBytes array;
@@ -220,7 +254,8 @@ std::int64_t fallback_count() {
 }
 
 void set_num_threads(std::int64_t n) {
-  translate_errors("set_num_threads", [&] { kernel_align::set_num_threads(n); });
+  static constexpr Rename kNames[] = {{"threads", "n"}};
+  translate_errors("set_num_threads", kNames, [&] { kernel_align::set_num_threads(n); });
 }
 
 std::int64_t get_num_threads() {

@@ -1,11 +1,16 @@
 #include "views.hpp"
 
 #include <c10/util/Exception.h>
+#include <sys/sysinfo.h>
 #if defined(KERNEL_ALIGN_TORCH_CUDA)
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kernel_align/registry.hpp"
@@ -24,8 +29,10 @@ std::string backend_list() {
   return out;
 }
 
-DType dtype_of(const char* op, const char* argument, const at::Tensor& tensor) {
-  switch (tensor.scalar_type()) {
+}  // namespace
+
+DType library_dtype(const char* op, const char* argument, at::ScalarType type) {
+  switch (type) {
     case at::kFloat:
       return DType::F32;
     case at::kBFloat16:
@@ -37,9 +44,11 @@ DType dtype_of(const char* op, const char* argument, const at::Tensor& tensor) {
                            prefix(op, argument) +
                                "expected dtype torch.float32, torch.bfloat16 or torch.float16, "
                                "found " +
-                               torch_dtype_name(tensor.scalar_type()));
+                               torch_dtype_name(type));
   }
 }
+
+namespace {
 
 template <class View, class Pointer>
 View view_of(const char* op, const char* argument, const at::Tensor& tensor, Pointer data) {
@@ -57,7 +66,7 @@ View view_of(const char* op, const char* argument, const at::Tensor& tensor, Poi
                     "expected a tensor without the negative bit, found a negated view "
                     "(call .resolve_neg() first)");
   View view;
-  view.dtype = dtype_of(op, argument, tensor);
+  view.dtype = library_dtype(op, argument, tensor.scalar_type());
   if (tensor.dim() > kMaxRank) {
     raise_value_error(op, "argument '" + std::string(argument) + "': expected rank 1 to " +
                               std::to_string(kMaxRank) + ", found rank " +
@@ -142,6 +151,67 @@ Pairing parse_pairing(std::string_view text) {
 
 Layout parse_layout(std::string_view text) {
   return parse("layout", text, std::array{Layout::BSHD, Layout::BHSD}, layout_name);
+}
+
+Error renamed(const Error& e, Renames renames) {
+  std::string argument = e.argument();
+  std::string expected = e.expected();
+  for (const Rename& r : renames) {
+    if (r.library.ends_with('*')) {
+      const std::string_view prefix = r.library.substr(0, r.library.size() - 1);
+      if (argument.starts_with(prefix)) {
+        // "spec.axes_dim[1]" -> "axes_dim[1]" under {"spec.axes_dim*", "axes_dim*"}.
+        argument = r.python.ends_with('*') ? std::string(r.python.substr(0, r.python.size() - 1))
+                                                 .append(argument, prefix.size())
+                                           : std::string(r.python);
+      }
+      continue;
+    }
+    if (argument == r.library) argument = std::string(r.python);
+    // Strings built by appending: g++ 12's -Wrestrict misfires on the inserts of
+    // std::string::replace and of "'" + std::string.
+    const std::string quoted = std::string("'").append(r.library).append("'");
+    std::string text;
+    std::size_t from = 0;
+    for (std::size_t at = expected.find(quoted); at != std::string::npos;
+         at = expected.find(quoted, from)) {
+      text.append(expected, from, at - from).append("'").append(r.python).append("'");
+      from = at + quoted.size();
+    }
+    expected = text.append(expected, from);
+  }
+  return Error(argument, expected, e.found());
+}
+
+std::uint64_t memory_bytes(const at::Device& device) {
+#if defined(KERNEL_ALIGN_TORCH_CUDA)
+  if (device.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(device.index());
+    std::size_t free = 0;
+    std::size_t total = 0;
+    // Unknown: no bound here; the allocation or the backend reports what fails.
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();  // not left for the next CUDA call to report
+      return std::numeric_limits<std::uint64_t>::max();
+    }
+    return total;
+  }
+#endif
+  (void)device;
+  struct sysinfo info {};
+  if (sysinfo(&info) != 0) return std::numeric_limits<std::uint64_t>::max();
+  return (static_cast<std::uint64_t>(info.totalram) + info.totalswap) * info.mem_unit;
+}
+
+void check_fits_memory(const char* argument, const at::Device& device, std::uint64_t bytes,
+                       const std::string& what) {
+  const std::uint64_t limit = memory_bytes(device);
+  if (bytes <= limit) return;
+  const bool cpu = device.is_cpu();
+  throw Error(argument,
+              "a tensor whose " + what + " fit in the memory of " + device.str() + " (" +
+                  std::to_string(limit) + (cpu ? " bytes of RAM and swap)" : " bytes)"),
+              "one whose " + what + " take " + std::to_string(bytes) + " bytes");
 }
 
 void raise_value_error(const char* op, const std::string& message) {

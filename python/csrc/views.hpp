@@ -7,7 +7,9 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +30,10 @@ inline constexpr bool kCudaBuild = false;
 inline const char* supported_devices() {
   return kCudaBuild ? "the CPU or a CUDA device" : "the CPU";
 }
+
+// The library's dtype of a torch dtype; a TypeError naming `op` and `argument` for one the
+// library lacks.
+DType library_dtype(const char* op, const char* argument, at::ScalarType type);
 
 // A read-only view of `tensor` (its device included). Rejects, naming `op` and
 // `argument`: a tensor on another device than the CPU or (CUDA builds) a CUDA device
@@ -73,14 +79,45 @@ Layout parse_layout(std::string_view text);
 // Throws the ValueError torch raises for a c10::ValueError: "kernel_align.<op>: <message>".
 [[noreturn]] void raise_value_error(const char* op, const std::string& message);
 
-// Runs `body`; a kernel_align::Error it throws becomes a ValueError naming `op`.
+// An argument as the library names it and as the Python function that reaches it does
+// (the in-place RoPE's output "y" is its x; the fused ops' "weights.text_q" is
+// text_q_weight). A `library` name ending in '*' stands for every name it starts; a
+// `python` name ending in '*' keeps the rest of the name (an index).
+struct Rename {
+  std::string_view library;
+  std::string_view python;
+};
+using Renames = std::span<const Rename>;
+
+// `e` with its argument, and the arguments its expected phrase quotes ('q_out'), named as
+// `renames` says.
+Error renamed(const Error& e, Renames renames);
+
+// Runs `body`; a kernel_align::Error it throws becomes a ValueError naming `op`, and the
+// arguments by their Python names (`renames`).
 template <class Body>
-decltype(auto) translate_errors(const char* op, Body&& body) {
+decltype(auto) translate_errors(const char* op, Renames renames, Body&& body) {
   try {
     return std::forward<Body>(body)();
   } catch (const Error& e) {
-    raise_value_error(op, e.what());
+    raise_value_error(op, renamed(e, renames).what());
   }
 }
+
+// Runs `body`; a kernel_align::Error it throws becomes a ValueError naming `op`.
+template <class Body>
+decltype(auto) translate_errors(const char* op, Body&& body) {
+  return translate_errors(op, {}, std::forward<Body>(body));
+}
+
+// The bytes of memory a tensor on `device` could ever take: the CPU's RAM and swap, a
+// CUDA device's global memory. An output larger than that cannot be allocated, nor a
+// tensor of that many bytes be read into one.
+std::uint64_t memory_bytes(const at::Device& device);
+
+// An Error naming `argument` unless `bytes` (of the outputs `what` describes) fit in
+// memory_bytes(device).
+void check_fits_memory(const char* argument, const at::Device& device, std::uint64_t bytes,
+                       const std::string& what);
 
 }  // namespace kernel_align::torch_ext

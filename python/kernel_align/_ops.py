@@ -9,6 +9,9 @@ dense input's strides), so compiled graphs see the strides eager mode produces.
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 import sys
 from pathlib import Path
 
@@ -68,6 +71,69 @@ def check_tensors(op: str, optional: tuple[str, ...] = (), **tensors) -> None:
             )
 
 
+def _type_name(value) -> str:
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+# The scalar arguments of the Python functions, checked before the operators' schemas see
+# them: a wrong type there is torch's RuntimeError naming the schema's argument, here a
+# TypeError naming the function's. A traced SymInt or SymFloat (torch.compile) passes as
+# it is.
+
+
+def as_int(op: str, name: str, value) -> int:
+    """``value`` as an int: anything with ``__index__`` (int, bool, numpy integers, a
+    one-element integer tensor); TypeError for anything else (a float, a str), ValueError
+    for an integer outside int64, which the operators take."""
+    if isinstance(value, torch.SymInt):
+        return value
+    try:
+        index = operator.index(value)
+    except TypeError:
+        raise TypeError(f"kernel_align.{op}: argument '{name}': expected an int, found "
+                        f"{_type_name(value)}") from None
+    if not _INT64_MIN <= index <= _INT64_MAX:
+        raise ValueError(f"kernel_align.{op}: argument '{name}': expected an integer from "
+                         f"-2^63 to 2^63 - 1, found {index}")
+    return index
+
+
+def as_float(op: str, name: str, value) -> float:
+    """``value`` as a float: any real number (float, int, numpy floats); TypeError for
+    anything else (a str). An int too large for a float becomes an infinity, which the
+    library's option rule then refuses by name."""
+    if isinstance(value, torch.SymFloat):
+        return value
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"kernel_align.{op}: argument '{name}': expected a float, found "
+                        f"{_type_name(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def as_str(op: str, name: str, value) -> str:
+    """``value`` if it is a str; TypeError otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"kernel_align.{op}: argument '{name}': expected a str, found "
+                        f"{_type_name(value)}")
+    return value
+
+
+def as_dtype(op: str, name: str, value) -> torch.dtype | None:
+    """``value`` if it is a torch.dtype or None; TypeError otherwise (a str such as
+    "float32")."""
+    if value is not None and not isinstance(value, torch.dtype):
+        raise TypeError(f"kernel_align.{op}: argument '{name}': expected a torch.dtype or "
+                        f"None, found {_type_name(value)}")
+    return value
+
+
 # The optional tensors of the fused ops.
 FUSED_WEIGHT_NAMES = ("text_q_weight", "text_k_weight", "image_q_weight", "image_k_weight")
 
@@ -96,17 +162,6 @@ def _qk_rmsnorm_backward_fake(x, dy, weight, eps, norm_mode, compute_dw):
 
 # ---------------------------------------------------------------------------------------
 # multi_axis_rope
-
-
-def check_constant_tables(op: str, cos: torch.Tensor, sin: torch.Tensor) -> None:
-    """The ops have no gradient with respect to cos/sin: refuse rather than drop it.
-    For the in-place RoPE's autograd.Function (functional.py); the functional ops'
-    autograd kernels (csrc/autograd.cpp) refuse with the same message."""
-    if cos.requires_grad or sin.requires_grad:
-        raise ValueError(
-            f"kernel_align.{op}: arguments 'cos', 'sin': expected constant tables (no "
-            "gradient flows into them), found a table that requires grad (pass .detach())"
-        )
 
 
 @torch.library.register_fake("kernel_align::multi_axis_rope")

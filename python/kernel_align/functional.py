@@ -12,13 +12,18 @@ was expected and what was found; a refused call writes nothing):
 
 - ``TypeError``: an argument that must be a tensor is not a dense ``torch.Tensor`` (a
   list, a numpy array, None, a sparse or nested tensor), or a tensor's dtype (or
-  ``out_dtype``) is not torch.float32, torch.bfloat16 or torch.float16.
-- ``ValueError``: everything the C++ library refuses (``kernel_align::Error``): a tensor
+  ``out_dtype``) is not torch.float32, torch.bfloat16 or torch.float16; a scalar argument
+  of another type (``text_len=1.5``, ``eps="1e-6"``, ``mode=1``, ``out_dtype="float32"``).
+- ``ValueError``: an integer argument outside int64 (``text_len=2**63``), and everything
+  the C++ library refuses (``kernel_align::Error``), checked before any output is
+  allocated: a tensor
   on another device (meta, CUDA without ``HAS_CUDA``) or tensors on two devices, a wrong
   rank, shape or head dim, an empty tensor, a negated view (``.resolve_neg()`` it), an
   unknown option string, ``eps`` not finite, negative or not representable in fp32, an
-  output overlapping an input, a table that requires grad where autograd records the
-  call, and, in strict mode, a call the first-choice backend cannot run.
+  output sharing memory with an input (views of one buffer that share no element, such
+  as q and k of a packed QKV tensor, do not), outputs larger than the device's memory
+  (RAM and swap on the CPU), a table that requires grad where autograd records the call,
+  and, in strict mode, a call the first-choice backend cannot run.
 - ``NotImplementedError``: double backward through the norms (a gradient of the
   gradient of ``qk_rmsnorm`` or ``qk_norm_rope``).
 """
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import FUSED_WEIGHT_NAMES, check_constant_tables, check_tensors, ops
+from ._ops import FUSED_WEIGHT_NAMES, as_dtype, as_float, as_int, as_str, check_tensors, ops
 
 __all__ = [
     "qk_rmsnorm",
@@ -74,7 +79,9 @@ def qk_rmsnorm(
         NotImplementedError: a double backward through this op.
     """
     check_tensors("qk_rmsnorm", ("weight",), x=x, weight=weight)
-    return ops.qk_rmsnorm(x, weight, eps, mode, out_dtype)
+    op = "qk_rmsnorm"
+    return ops.qk_rmsnorm(x, weight, as_float(op, "eps", eps), as_str(op, "mode", mode),
+                          as_dtype(op, "out_dtype", out_dtype))
 
 
 def multi_axis_rope(
@@ -111,25 +118,9 @@ def multi_axis_rope(
             on two devices; a strict-mode fallback.
     """
     check_tensors("multi_axis_rope", x=x, cos=cos, sin=sin)
-    return ops.multi_axis_rope(x, cos, sin, pairing, layout)
-
-
-class _RopeInPlace(torch.autograd.Function):
-    """In-place RoPE whose backward is the transpose rotation of the gradient."""
-
-    @staticmethod
-    def forward(ctx, x, cos, sin, pairing, layout):
-        ops.multi_axis_rope_(x, cos, sin, pairing, layout)
-        ctx.mark_dirty(x)
-        ctx.save_for_backward(cos, sin)
-        ctx.pairing, ctx.layout = pairing, layout
-        return x
-
-    @staticmethod
-    def backward(ctx, dy):
-        cos, sin = ctx.saved_tensors
-        dx = ops.multi_axis_rope_backward(dy, cos, sin, ctx.pairing, ctx.layout)
-        return dx, None, None, None, None
+    op = "multi_axis_rope"
+    return ops.multi_axis_rope(x, cos, sin, as_str(op, "pairing", pairing),
+                               as_str(op, "layout", layout))
 
 
 def multi_axis_rope_(
@@ -142,10 +133,13 @@ def multi_axis_rope_(
 ) -> torch.Tensor:
     """``multi_axis_rope`` written into ``x`` itself (no new tensor); returns x. Under
     autograd the rotation is recorded as an in-place op of x, like torch's own
-    in-place ops (a leaf that requires grad cannot be rotated in place).
+    in-place ops (a leaf that requires grad cannot be rotated in place). The raw
+    ``torch.ops.kernel_align.multi_axis_rope_`` behaves the same.
 
-    In place: x is overwritten (its version counter bumps) and returned; it must not
-    overlap cos or sin, nor itself (an expanded view). A refused call leaves x as it was.
+    In place: x is overwritten (its version counter bumps, so a backward that needs x's
+    old value raises torch's "modified by an inplace operation") and returned; it must
+    not overlap cos or sin, nor itself (an expanded view). A refused call leaves x as it
+    was.
 
     Args:
         x: the tensor to rotate, ``[B, S, H, D]`` (bshd) or ``[B, H, S, D]`` (bhsd); fp32,
@@ -160,14 +154,14 @@ def multi_axis_rope_(
 
     Raises:
         TypeError: as ``multi_axis_rope``.
-        ValueError: as ``multi_axis_rope``, and x overlapping a table or itself.
-        RuntimeError: torch's, for x a leaf that requires grad (or a view of one).
+        ValueError: as ``multi_axis_rope`` (a table that requires grad while grad mode is
+            on, whether or not x does), and x overlapping a table or itself.
+        RuntimeError: torch's, for x a leaf that requires grad (or a view of one) while
+            grad mode is on, or an inference tensor outside ``torch.inference_mode()``.
     """
     check_tensors("multi_axis_rope_", x=x, cos=cos, sin=sin)
-    if torch.is_grad_enabled() and x.requires_grad:
-        check_constant_tables("multi_axis_rope_", cos, sin)
-        return _RopeInPlace.apply(x, cos, sin, pairing, layout)
-    ops.multi_axis_rope_(x, cos, sin, pairing, layout)
+    op = "multi_axis_rope_"
+    ops.multi_axis_rope_(x, cos, sin, as_str(op, "pairing", pairing), as_str(op, "layout", layout))
     return x
 
 
@@ -227,8 +221,11 @@ def qk_norm_rope(
     check_tensors("qk_norm_rope", FUSED_WEIGHT_NAMES, q=q, k=k, cos=cos, sin=sin, text_q_weight=text_q_weight,
                   text_k_weight=text_k_weight, image_q_weight=image_q_weight,
                   image_k_weight=image_k_weight)
+    op = "qk_norm_rope"
     return ops.qk_norm_rope(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight,
-                            cos, sin, text_len, eps, mode, pairing, layout, out_dtype)
+                            cos, sin, as_int(op, "text_len", text_len), as_float(op, "eps", eps),
+                            as_str(op, "mode", mode), as_str(op, "pairing", pairing),
+                            as_str(op, "layout", layout), as_dtype(op, "out_dtype", out_dtype))
 
 
 def qk_norm_rope_(
@@ -249,11 +246,13 @@ def qk_norm_rope_(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``qk_norm_rope`` written into q and k themselves; returns (q, k). For inference:
     the backward needs the inputs this overwrites, so it refuses tensors that require
-    grad (use ``qk_norm_rope``).
+    grad while grad mode is on (use ``qk_norm_rope``), as the raw
+    ``torch.ops.kernel_align.qk_norm_rope_`` does.
 
-    In place: q and k are overwritten, each in its own dtype, and returned. They must
-    not overlap each other, the tables or the weights (nor themselves). A refused call
-    leaves them as they were.
+    In place: q and k are overwritten, each in its own dtype, and returned (their version
+    counters bump, so a backward that needs their old values raises torch's "modified by
+    an inplace operation"). They must not overlap each other, the tables or the weights
+    (nor themselves). A refused call leaves them as they were.
 
     Args:
         q: queries, ``[B, S, Hq, D]`` (bshd) or ``[B, Hq, S, D]`` (bhsd); fp32, bf16 or
@@ -278,18 +277,15 @@ def qk_norm_rope_(
         TypeError: as ``qk_norm_rope``.
         ValueError: as ``qk_norm_rope``; q, k or a weight requires grad while grad mode
             is on; q and k (or a weight) overlapping.
+        RuntimeError: torch's, for q or k an inference tensor outside
+            ``torch.inference_mode()``.
     """
     check_tensors("qk_norm_rope_", FUSED_WEIGHT_NAMES, q=q, k=k, cos=cos, sin=sin, text_q_weight=text_q_weight,
                   text_k_weight=text_k_weight, image_q_weight=image_q_weight,
                   image_k_weight=image_k_weight)
-    weights = (text_q_weight, text_k_weight, image_q_weight, image_k_weight)
-    if torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (q, k, *weights)
-    ):
-        raise ValueError(
-            "kernel_align.qk_norm_rope_: expected tensors without autograd (the in-place op "
-            "overwrites q and k, which its backward needs), found one that requires grad: "
-            "use qk_norm_rope, or torch.no_grad()"
-        )
-    ops.qk_norm_rope_(q, k, *weights, cos, sin, text_len, eps, mode, pairing, layout)
+    op = "qk_norm_rope_"
+    ops.qk_norm_rope_(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight, cos,
+                      sin, as_int(op, "text_len", text_len), as_float(op, "eps", eps),
+                      as_str(op, "mode", mode), as_str(op, "pairing", pairing),
+                      as_str(op, "layout", layout))
     return q, k

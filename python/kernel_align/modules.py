@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ._ops import ops
+from ._ops import as_float, as_int, as_str, ops
 from .functional import multi_axis_rope, qk_rmsnorm
 from .positions import POSITION_AXES, rope_tables
 
@@ -51,11 +51,14 @@ class QkRmsNorm(nn.Module):
                 None); another is refused at the first call (TypeError).
 
         Raises:
+            TypeError: dim not an int, eps not a real number, mode not a str.
             ValueError: a dim, eps or mode the op would refuse.
         """
         super().__init__()
         # Refused here rather than at the first call, by the library's own rules.
-        ops.check_options(dim, eps, mode, None, None)
+        op = "QkRmsNorm"
+        ops.check_options(as_int(op, "dim", dim), as_float(op, "eps", eps),
+                          as_str(op, "mode", mode), None, None)
         self.dim, self.eps, self.mode = dim, eps, mode
         self.weight = (
             nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
@@ -112,6 +115,8 @@ class MultiAxisRope(nn.Module):
             layout: "bshd" or "bhsd".
 
         Raises:
+            TypeError: an axis dim not an int, theta not a real number, pairing or layout
+                not a str.
             ValueError: not three axes, a bad axis dim or theta, an unknown pairing or
                 layout.
         """
@@ -125,7 +130,8 @@ class MultiAxisRope(nn.Module):
                 "kernel_align.MultiAxisRope: argument 'axes_dim': expected 3 dims, one per "
                 f"position axis (frame, height, width), found {axes_dim!r}")
         rope_tables(torch.zeros(1, POSITION_AXES, dtype=torch.int32), axes_dim, theta)
-        ops.check_options(None, None, None, pairing, layout)
+        ops.check_options(None, None, None, as_str("MultiAxisRope", "pairing", pairing),
+                          as_str("MultiAxisRope", "layout", layout))
         self.axes_dim, self.theta = axes_dim, theta
         self.pairing, self.layout = pairing, layout
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._ops import ops
+from ._ops import as_float, as_int, ops
 
 __all__ = ["qwen_image_positions", "qwen_image_rope_positions", "rope_tables", "POSITION_AXES"]
 
@@ -34,10 +34,12 @@ def qwen_image_positions(text_len: int, h: int, w: int) -> torch.Tensor:
         A new int32 CPU tensor ``[text_len + h*w, 3]``.
 
     Raises:
-        ValueError: text_len, h or w out of range, or more than 2^31 - 1 tokens (the
-            message names the C++ argument, e.g. ``images[0].height``).
+        TypeError: text_len, h or w not an int.
+        ValueError: text_len, h or w out of range, or more than 2^31 - 1 tokens.
     """
-    return ops.positions("seed", text_len, [h], [w], [])
+    op = "qwen_image_positions"
+    return ops.positions("seed", as_int(op, "text_len", text_len), [as_int(op, "h", h)],
+                         [as_int(op, "w", w)], [])
 
 
 def _grids(img_shapes) -> tuple[list[int], list[int], list[int]]:
@@ -61,7 +63,8 @@ def _grids(img_shapes) -> tuple[list[int], list[int], list[int]]:
         if not isinstance(image, Sequence) or len(image) != 3:
             raise ValueError("kernel_align.qwen_image_rope_positions: argument 'img_shapes': "
                              f"expected (frame, height, width) tuples, found {image!r}")
-        frame_count, height, width = (int(v) for v in image)
+        frame_count, height, width = (
+            as_int("qwen_image_rope_positions", "img_shapes", v) for v in image)
         if frame_count < 1:
             raise ValueError("kernel_align.qwen_image_rope_positions: argument 'img_shapes': "
                              f"expected frame counts >= 1, found {image!r}")
@@ -93,12 +96,14 @@ def qwen_image_rope_positions(img_shapes, txt_seq_len: int | torch.Tensor) -> to
         A new int32 CPU tensor ``[txt_seq_len + sum of frame*height*width, 3]``.
 
     Raises:
+        TypeError: txt_seq_len, or a frame, height or width, not an integer (1.5).
         ValueError: an empty batch, samples that differ, an entry that is not a
             ``(frame, height, width)`` triple, a frame count below 1, a side or
             txt_seq_len out of range, more than 2^31 - 1 tokens.
     """
     heights, widths, frames = _grids(img_shapes)
-    return ops.positions("diffusers", int(txt_seq_len), heights, widths, frames)
+    return ops.positions("diffusers", as_int("qwen_image_rope_positions", "txt_seq_len",
+                                             txt_seq_len), heights, widths, frames)
 
 
 def rope_tables(
@@ -122,7 +127,8 @@ def rope_tables(
         ``multi_axis_rope`` and ``qk_norm_rope`` take (constants: no gradient).
 
     Raises:
-        TypeError: positions of a floating-point dtype.
+        TypeError: positions of a floating-point dtype; an axis dim not an int, theta not
+            a real number.
         ValueError: positions not on the CPU, not ``[S, len(axes_dim)]``, empty, or with
             values outside int32; a bad axis dim or theta.
     """
@@ -132,4 +138,6 @@ def rope_tables(
             raise ValueError("kernel_align.rope_tables: argument 'positions': expected values "
                              "that fit int32, found larger ones")
         positions = positions.to(torch.int32)
-    return ops.rope_tables(positions, list(axes_dim), float(theta))
+    op = "rope_tables"
+    return ops.rope_tables(positions, [as_int(op, "axes_dim", d) for d in axes_dim],
+                           as_float(op, "theta", theta))

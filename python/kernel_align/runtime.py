@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from ._ops import ops
+from ._ops import as_int, as_str, ops
 
 __all__ = ["backends", "get_backend", "set_backend", "strict", "is_strict", "trace_to",
            "last_call", "fallback_count", "get_num_threads", "set_num_threads", "CallReport"]
@@ -47,8 +47,11 @@ def set_backend(name: str | None) -> None:
         name: one of ``backends()``, or None.
 
     Raises:
+        TypeError: a name that is neither a str nor None.
         ValueError: an unknown or empty name.
     """
+    if name is not None:
+        as_str("set_backend", "name", name)
     if name == "":
         raise ValueError("kernel_align.set_backend: argument 'name': expected a backend name, "
                          f"one of {', '.join(backends())} (None restores the registry's "
@@ -83,7 +86,8 @@ def trace_to(path: str | os.PathLike | None) -> None:
         path: the JSONL file (str or path-like), or None.
 
     Raises:
-        ValueError: a file that cannot be opened for appending (tracing is then off).
+        ValueError: a file that cannot be opened for appending (tracing is then off), or
+            a path holding a NUL character (tracing stays as it was).
     """
     ops.set_trace_path("" if path is None else os.fspath(path))
 
@@ -165,6 +169,7 @@ def set_num_threads(n: int) -> None:
         n: 1 to 4096.
 
     Raises:
+        TypeError: n not an int (2.0 is not).
         ValueError: n outside 1..4096.
     """
-    ops.set_num_threads(n)
+    ops.set_num_threads(as_int("set_num_threads", "n", n))

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import kernel_align as ka
+from kernel_align import alignment
 
 OPS = torch.ops.kernel_align
 
@@ -173,7 +174,7 @@ def test_refused_calls_write_nothing(rope_inputs):
 
 def test_aliasing_outputs_are_refused(rope_inputs):
     x, cos, sin = rope_inputs
-    with pytest.raises(ValueError, match=r"argument 'q_out': expected memory apart from 'k'"):
+    with pytest.raises(ValueError, match=r"argument 'q': expected memory apart from 'k'"):
         ka.qk_norm_rope_(x, x[:, :, 1:], cos, sin)
 
 
@@ -198,7 +199,7 @@ def test_runtime_settings():
         ka.set_backend("gpu")
     for name in ka.backends():
         assert name in str(pytest.raises(ValueError, ka.set_backend, "gpu").value)
-    with pytest.raises(ValueError, match=r"set_num_threads: argument 'threads': expected a "
+    with pytest.raises(ValueError, match=r"set_num_threads: argument 'n': expected a "
                                          r"thread count from 1 to 4096, found 0"):
         ka.set_num_threads(0)
     with pytest.raises(ValueError, match=r"thread count from 1 to 4096, found 2147483648"):
@@ -213,8 +214,8 @@ def test_in_place_weight_overlapping_q_is_refused(rope_inputs):
     x, cos, sin = rope_inputs
     q, k = x.clone(), x.clone()
     before = k.clone()
-    with pytest.raises(ValueError, match=r"argument 'q_out': expected memory apart from "
-                                         r"'weights.image_k'"):
+    with pytest.raises(ValueError, match=r"argument 'q': expected memory apart from "
+                                         r"'image_k_weight'"):
         ka.qk_norm_rope_(q, k, cos, sin, text_len=2, image_k_weight=q[0, 0, 0])
     assert torch.equal(k, before)
 
@@ -226,3 +227,101 @@ def test_positions_errors():
         ka.qwen_image_rope_positions([(4, 4)], 3)
     with pytest.raises(ValueError, match=r"positions: argument"):
         ka.qwen_image_positions(-1, 4, 4)
+
+
+# Hardening round 2 (issue 34): defects 8, 11 and 13 as a Python user meets them.
+
+
+def test_disjoint_views_of_packed_qkv_are_written_in_place():
+    """q and k as views of one packed QKV buffer share no element: the in-place fused op
+    takes them (it refused them as overlapping) and gives the out-of-place op's bytes,
+    leaving v untouched; so do last-dim halves and element-interleaved q/k."""
+    cos, sin = ka.rope_tables(ka.qwen_image_positions(2, 1, 2), [16, 56, 56])
+    qkv = torch.randn(1, 4, 3, 1, 128)
+    want_q, want_k = ka.qk_norm_rope(qkv[:, :, 0], qkv[:, :, 1], cos, sin, text_len=2)
+    v = qkv[:, :, 2].clone()
+    ka.qk_norm_rope_(qkv[:, :, 0], qkv[:, :, 1], cos, sin, text_len=2)
+    assert torch.equal(qkv[:, :, 0], want_q) and torch.equal(qkv[:, :, 1], want_k)
+    assert torch.equal(qkv[:, :, 2], v)
+    halves = torch.randn(1, 4, 1, 256)
+    want_q, want_k = ka.qk_norm_rope(halves[..., :128], halves[..., 128:], cos, sin, text_len=2)
+    ka.qk_norm_rope_(halves[..., :128], halves[..., 128:], cos, sin, text_len=2)
+    assert torch.equal(halves[..., :128], want_q) and torch.equal(halves[..., 128:], want_k)
+    interleaved = torch.randn(1, 4, 1, 256)
+    q, k = interleaved[..., 0::2], interleaved[..., 1::2]
+    want_q, want_k = ka.qk_norm_rope(q, k, cos, sin, text_len=2)
+    ka.qk_norm_rope_(q, k, cos, sin, text_len=2)
+    assert torch.equal(q, want_q) and torch.equal(k, want_k)
+    # True overlap stays refused: k one element further along q's storage.
+    flat = torch.randn(4 * 128 + 1)
+    with pytest.raises(ValueError, match=r"argument 'q': expected memory apart from 'k'"):
+        ka.qk_norm_rope_(flat[:-1].view(1, 4, 1, 128), flat[1:].view(1, 4, 1, 128), cos, sin,
+                         text_len=2)
+
+
+def test_a_call_is_validated_before_its_output_is_allocated():
+    """An expanded view stands for more elements than memory holds: the library's refusal
+    (odd D, a shape past its limits, outputs larger than memory) comes first, never
+    torch's allocator or an overflow error."""
+    huge = torch.empty(1, 1).expand(2**40, 127)
+    with pytest.raises(ValueError, match=r"qk_rmsnorm: argument 'x': expected an even last "
+                                         r"dim D"):
+        ka.qk_rmsnorm(huge)
+    with pytest.raises(ValueError, match=r"qk_rmsnorm: argument 'x': .*2\^56"):
+        ka.qk_rmsnorm(torch.empty(1, 1).expand(2**50, 128))
+    with pytest.raises(ValueError, match=r"qk_rmsnorm: argument 'x': expected a tensor whose "
+                                         r"outputs fit in the memory of cpu"):
+        ka.qk_rmsnorm(torch.empty(1, 1).expand(2**36, 128))
+    cos, sin = torch.ones(1, 64), torch.zeros(1, 64)
+    with pytest.raises(ValueError, match=r"multi_axis_rope: argument 'x': expected a tensor "
+                                         r"whose outputs fit in the memory of cpu"):
+        ka.multi_axis_rope(torch.empty(1, 1, 1, 1).expand(2**30, 1, 64, 128), cos, sin)
+    with pytest.raises(ValueError, match=r"digests: argument 'tensor': expected a tensor whose "
+                                         r"elements fit in the memory of cpu"):
+        alignment.digests(torch.empty(1, 1).expand(2**40, 2**20))
+
+
+@pytest.mark.parametrize("call, argument, found", [
+    (lambda x, c, s: ka.qk_norm_rope(x, x, c, s, text_len=1.5), "text_len", "builtins.float"),
+    (lambda x, c, s: ka.qk_norm_rope(x, x, c, s, text_len=2, eps="1e-6"), "eps", "builtins.str"),
+    (lambda x, c, s: ka.qk_rmsnorm(x, mode=1), "mode", "builtins.int"),
+    (lambda x, c, s: ka.qk_rmsnorm(x, out_dtype="float32"), "out_dtype", "builtins.str"),
+    (lambda x, c, s: ka.multi_axis_rope_(x, c, s, pairing=None), "pairing", "builtins.NoneType"),
+    (lambda x, c, s: ka.set_num_threads(2.0), "n", "builtins.float"),
+    (lambda x, c, s: ka.set_backend(3), "name", "builtins.int"),
+    (lambda x, c, s: ka.rope_tables(ka.qwen_image_positions(1, 1, 1), [16, 56, 56], "1e4"),
+     "theta", "builtins.str"),
+    (lambda x, c, s: ka.qwen_image_positions(1, 2.0, 2), "h", "builtins.float"),
+    (lambda x, c, s: ka.QkRmsNorm(128.0), "dim", "builtins.float"),
+])
+def test_wrong_scalar_types_are_type_errors(rope_inputs, call, argument, found):
+    """A scalar of the wrong type is the documented TypeError naming the Python argument,
+    not torch's schema RuntimeError."""
+    x, cos, sin = rope_inputs
+    with pytest.raises(TypeError, match=rf"argument '{argument}': expected an? .*found {found}"):
+        call(x, cos, sin)
+
+
+def test_out_of_range_integers_and_python_argument_names(rope_inputs):
+    """An int beyond int64 is a ValueError saying what was given; messages name the Python
+    function's arguments ('x' of multi_axis_rope_, 'n', 'name', 'theta', 'axes_dim[1]'),
+    never the library's ('y', 'threads', 'backend', 'spec.theta')."""
+    x, cos, sin = rope_inputs
+    with pytest.raises(ValueError, match=rf"argument 'text_len': expected an integer .*found "
+                                         rf"{2**63}"):
+        ka.qk_norm_rope(x, x, cos, sin, text_len=2**63)
+    with pytest.raises(ValueError, match=r"multi_axis_rope_: argument 'x': expected memory "
+                                         r"apart from 'cos'"):
+        table_in_x = torch.ones(1, 6, 1, 64)
+        ka.multi_axis_rope_(table_in_x, table_in_x.view(6, 64)[:, :32], torch.zeros(6, 32))
+    with pytest.raises(ValueError, match=r"set_num_threads: argument 'n': .*found 99999"):
+        ka.set_num_threads(99999)
+    with pytest.raises(ValueError, match=r"set_backend: argument 'name': "):
+        ka.set_backend("gpu")
+    positions = ka.qwen_image_positions(1, 1, 1)
+    with pytest.raises(ValueError, match=r"rope_tables: argument 'theta': "):
+        ka.rope_tables(positions, [16, 56, 56], -1.0)
+    with pytest.raises(ValueError, match=r"rope_tables: argument 'axes_dim\[1\]': expected even"):
+        ka.rope_tables(positions, [16, 55, 57], 10000.0)
+    with pytest.raises(ValueError, match=r"argument 'h': expected between 1 and "):
+        ka.qwen_image_positions(1, 0, 2)
