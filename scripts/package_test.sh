@@ -6,14 +6,17 @@
 #            compiles alone with g++ and clang++ (-Wall -Wextra -Wpedantic -Werror), with
 #            nothing but that prefix on the include path; the contract internals are not
 #            installed; the installed CLI and header report the project's version.
-#   cmake    examples/cmake-consumer, built and run against that prefix with
-#            find_package(kernel_align CONFIG REQUIRED), and through add_subdirectory
-#            with GoogleTest and Google Benchmark made unfindable (a consumer needs
-#            neither; tests, benchmarks and -Werror default off there).
+#   cmake    the textbook flow (cmake -S . -B build with CMake's default generator, Unix
+#            Makefiles; build; install to a second prefix), then examples/cmake-consumer
+#            under Ninja and under Unix Makefiles, built and run against both prefixes
+#            with find_package(kernel_align CONFIG REQUIRED), and through
+#            add_subdirectory with GoogleTest and Google Benchmark made unfindable (a
+#            consumer needs neither; tests, benchmarks and -Werror default off there).
 #   wheel    pip wheel, auditwheel repair (MPFR/GMP bundled, torch's libraries left to
 #            torch), then a fresh virtualenv with only the pinned torch (and diffusers,
 #            for the processor check) installs the wheel and runs tests/package/
-#            wheel_smoke.py from outside the checkout.
+#            wheel_smoke.py from outside the checkout (the ops, the processor, and the
+#            wheel's kernel-align command).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -51,26 +54,50 @@ test_headers() {
   step "installed version.hpp and kernel-align --version say $version"
 }
 
+# Builds and runs examples/cmake-consumer as $work/consumer-<name> under generator $2;
+# the rest are its cmake arguments.
+consumer() {
+  local name=$1 generator=$2
+  shift 2
+  cmake -S examples/cmake-consumer -B "$work/consumer-$name" -G "$generator" \
+        -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake --build "$work/consumer-$name" -j"$(nproc)" >/dev/null
+  "$work/consumer-$name/consumer"
+}
+
 test_cmake() {
   install_prefix
-  cmake -S examples/cmake-consumer -B "$work/consumer-package" -G Ninja \
-        -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-  cmake --build "$work/consumer-package" >/dev/null
-  "$work/consumer-package/consumer"
-  step "consumer built with find_package(kernel_align CONFIG REQUIRED) runs"
+  # The textbook flow, as a user types it: no -G (CMake's default, Unix Makefiles, which
+  # once failed where nvcc is installed: docs/packaging.md), build, install. Tests and
+  # benchmarks off only to keep CI short; ccache (on at top level) shares the objects.
+  local make_prefix=$work/prefix-make
+  cmake -S . -B "$work/textbook" -DCMAKE_BUILD_TYPE=Release -DKERNEL_ALIGN_BUILD_TESTS=OFF \
+        -DKERNEL_ALIGN_BUILD_BENCH=OFF >/dev/null
+  grep -q '^CMAKE_GENERATOR:INTERNAL=Unix Makefiles$' "$work/textbook/CMakeCache.txt" ||
+    { echo "package_test: the textbook flow did not get the Unix Makefiles generator" >&2; exit 1; }
+  cmake --build "$work/textbook" -j"$(nproc)" >/dev/null
+  cmake --install "$work/textbook" --prefix "$make_prefix" >/dev/null
+  "$make_prefix/bin/kernel-align" --version | grep -q "kernel-align $version "
+  step "textbook flow (Unix Makefiles, nvcc $(command -v nvcc >/dev/null && echo found || echo absent)) configures, builds and installs"
 
-  cmake -S examples/cmake-consumer -B "$work/consumer-subdir" -G Ninja \
-        -DCMAKE_BUILD_TYPE=Release -DKERNEL_ALIGN_SOURCE_DIR="$repo" \
-        -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON \
-        --no-warn-unused-cli >/dev/null
-  local option
-  for option in KERNEL_ALIGN_BUILD_TESTS KERNEL_ALIGN_BUILD_BENCH KERNEL_ALIGN_WERROR KERNEL_ALIGN_INSTALL; do
-    grep -q "^$option:BOOL=OFF$" "$work/consumer-subdir/CMakeCache.txt" ||
-      { echo "package_test: $option is not OFF under add_subdirectory" >&2; exit 1; }
+  local generator installed
+  for generator in Ninja "Unix Makefiles"; do
+    for installed in "$prefix" "$make_prefix"; do
+      consumer "package-${generator// /-}-${installed##*/}" "$generator" -DCMAKE_PREFIX_PATH="$installed"
+      step "$generator consumer built with find_package(kernel_align CONFIG REQUIRED) against ${installed##*/} runs"
+    done
+
+    local subdir=subdir-${generator// /-}
+    consumer "$subdir" "$generator" -DKERNEL_ALIGN_SOURCE_DIR="$repo" -DKERNEL_ALIGN_CCACHE=ON \
+             -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON \
+             --no-warn-unused-cli
+    local option
+    for option in KERNEL_ALIGN_BUILD_TESTS KERNEL_ALIGN_BUILD_BENCH KERNEL_ALIGN_WERROR KERNEL_ALIGN_INSTALL; do
+      grep -q "^$option:BOOL=OFF$" "$work/consumer-$subdir/CMakeCache.txt" ||
+        { echo "package_test: $option is not OFF under add_subdirectory ($generator)" >&2; exit 1; }
+    done
+    step "$generator consumer built with add_subdirectory (no GoogleTest or Benchmark findable) runs"
   done
-  cmake --build "$work/consumer-subdir" >/dev/null
-  "$work/consumer-subdir/consumer"
-  step "consumer built with add_subdirectory (no GoogleTest or Benchmark findable) runs"
 }
 
 test_wheel() {

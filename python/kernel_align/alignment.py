@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from . import _cli
 from ._ops import ops
 
 __all__ = ["digest_modules", "digests", "find_cli", "ROOT_NAME"]
@@ -274,10 +275,12 @@ def _positive(text: str) -> int:
 
 def find_cli(given: str | None = None) -> str:
     """The kernel-align executable whose `trace diff` compares traces: ``given``, else
-    $KERNEL_ALIGN_CLI, else the README set-up's build/release/kernel-align beside this
-    (editable) package, else kernel-align on PATH. FileNotFoundError if none is."""
+    $KERNEL_ALIGN_CLI, else the one installed with this package (the wheel's), else the
+    README set-up's build/release/kernel-align beside this (editable) package, else
+    kernel-align on PATH. FileNotFoundError if none is."""
     candidates = [given] if given else [
         os.environ.get("KERNEL_ALIGN_CLI"),
+        _cli.executable(),
         # The README's set-up builds it beside the sources of this editable package.
         str(Path(__file__).resolve().parents[2] / "build" / "release" / "kernel-align"),
         shutil.which("kernel-align"),

@@ -10,12 +10,18 @@ failure. It checks that:
 - torch.compile(fullgraph=True) gives the eager bytes;
 - MPFR and GMP are the wheel's bundled copies: after a call that uses MPFR (rope_tables),
   /proc/self/maps shows libmpfr and libgmp mapped from the wheel's kernel_align.libs
-  directory and from nowhere else.
+  directory and from nowhere else;
+- the wheel's `kernel-align` command (the venv's bin/, found with only /usr/bin and /bin
+  on PATH besides it) reports the version, `trace diff` compares two traces the package
+  wrote (identical: exit 0; different: exit 1), and `python -m kernel_align.alignment
+  check` finds it with no --cli.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -53,6 +59,48 @@ def mapped_paths(stem: str) -> set[str]:
         if len(fields) >= 6 and Path(fields[5]).name.startswith(stem):
             paths.add(fields[5])
     return paths
+
+
+def check_cli(expected_version: str) -> None:
+    venv_bin = Path(sys.executable).parent
+    command = venv_bin / "kernel-align"
+    # Only the venv and the system's own directories: no checkout's build can be found.
+    env = dict(os.environ, PATH=f"{venv_bin}:/usr/bin:/bin")
+    env.pop("KERNEL_ALIGN_CLI", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(args, capture_output=True, text=True, env=env)
+    version = run(str(command), "--version")
+    check(version.returncode == 0 and version.stdout.startswith(f"kernel-align {expected_version} "),
+          f"the wheel's kernel-align command reports {expected_version}: {version.stdout.strip()}"
+          f"{version.stderr.strip()}")
+
+    x = torch.randn(1, 4, 2, 128, generator=torch.Generator().manual_seed(1))
+    cos, sin = ka.rope_tables(ka.qwen_image_positions(2, 1, 2), (16, 56, 56))
+    traces = []
+    for name, scale in (("a", 1.0), ("b", 1.0), ("c", 2.0)):
+        path = Path.cwd() / f"cli_{name}.jsonl"
+        path.unlink(missing_ok=True)
+        ka.trace_to(path)
+        try:
+            F.multi_axis_rope(x * scale, cos, sin)
+        finally:
+            ka.trace_to(None)
+        traces.append(str(path))
+    same = run("kernel-align", "trace", "diff", traces[0], traces[1])
+    check(same.returncode == 0 and same.stdout.startswith("identical"),
+          f"kernel-align trace diff of equal traces exits 0: {same.stdout.strip()}{same.stderr.strip()}")
+    differ = run("kernel-align", "trace", "diff", traces[0], traces[2])
+    check(differ.returncode == 1,
+          f"kernel-align trace diff of different traces exits 1 (exit {differ.returncode})")
+
+    result = Path.cwd() / "alignment.json"
+    alignment = run(sys.executable, "-m", "kernel_align.alignment", "check", "--layers", "1",
+                    "--image", "64x64", "--text-len", "8", "--dtype", "fp32", "--json",
+                    str(result))
+    check(alignment.returncode == 0 and len(json.loads(result.read_text())["results"]) == 2,
+          f"python -m kernel_align.alignment check runs without --cli (exit "
+          f"{alignment.returncode}): {alignment.stderr.strip()[-300:]}")
 
 
 def main() -> None:
@@ -140,6 +188,7 @@ def main() -> None:
         paths = mapped_paths(stem)
         check(bool(paths) and all(Path(p).parent == libs for p in paths),
               f"{stem} is mapped only from the wheel's {libs}: {sorted(paths)}")
+    check_cli(expected_version)
     print("wheel_smoke: all checks passed")
 
 
