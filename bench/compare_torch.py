@@ -13,6 +13,9 @@ kernel-align's thread counts both set to it):
              kernel_align.rope_tables); backward through their registered autograd formulas.
   ka_op      the raw torch.ops.kernel_align operators; backward calls the *_backward ops
              directly (no autograd): the torch call closest to the C++ benchmark's.
+  ka_out     the same operators' out= variants (torch.ops.kernel_align.*_out) writing
+             outputs allocated once: no allocation per call, as a training loop that
+             reuses its buffers runs them.
   eager      the seed's formulas (diffusers' weighted RMSNorm, rotate-half RoPE):
                qk_rmsnorm:      xf = x.float(); rstd = rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps);
                                 y = (xf * rstd).to(w.dtype) * w
@@ -47,7 +50,9 @@ the same ops, dtypes, shapes and thread counts on the CPU path our torch ops ran
 Printed (all in --json / --csv, one row per op, dtype, shape, thread count):
   1. torch / C++ benchmark time, with the issue's targets (eager tuned, compile);
   2. same process and thread count: eager, compile, diffusers over ka (per allocator);
-  3. binding overhead, flagged at >= 3%: ka and ka_op time / C++ benchmark time - 1, and
+  3. out= and glibc's defaults: ka_out under the default allocator against the tuned
+     heap (target >= 0.95x), ka against torch.compile under the defaults;
+  4. binding overhead, flagged at >= 3%: ka and ka_op time / C++ benchmark time - 1, and
      the same paired call by call against the library's C++ call inside each torch call
      (kernel_align.last_call().call_seconds), which machine noise hits on both sides; for
      ka_op also against the backend alone inside it (backend_seconds), which charges
@@ -83,7 +88,7 @@ DEFAULT_CLI = ROOT / "build/release/kernel-align"
 DTYPES = ["fp32", "bf16", "fp16"]
 OPS = ["qk_rmsnorm_fwd", "qk_rmsnorm_bwd", "multi_axis_rope_fwd", "multi_axis_rope_bwd",
        "qk_norm_rope_fwd", "qk_norm_rope_bwd"]
-IMPLS = ["ka", "ka_op", "eager", "diffusers", "compile"]  # timed in this order
+IMPLS = ["ka", "ka_op", "ka_out", "eager", "diffusers", "compile"]  # timed in this order
 # Inductor's options per compiled implementation. By default inductor leaves out a cast
 # to bf16/fp16 between two fused ops (the norm's (x * rstd).to(w.dtype)): it computes
 # one rounding fewer than the formula. emulate_precision_casts keeps every cast, so
@@ -94,6 +99,8 @@ ALLOCATORS = {"default": None, "tuned": TUNED_GLIBC}
 # The issue's targets: ours vs eager torch with the tuned allocator, and vs torch.compile.
 TARGET_EAGER = {"bf16": 5.0, "fp32": 2.5}
 TARGET_COMPILE = 1.2
+# Issue 36's: out= under glibc's defaults keeps >= 0.95x of its tuned-heap speed.
+TARGET_OUT_DEFAULT_OVER_TUNED = 0.95
 # Binding overhead (torch op time over the C++ call) from which a row is flagged.
 OVERHEAD_FLAG_PCT = 3.0
 
@@ -229,7 +236,7 @@ def make_tensors(shape, dtype, impls) -> Tensors:
     weights = [uniform(shape.head_dim, lo=0.5, hi=1.5) for _ in range(4)]
     t = Tensors(q, k, dq, dk, weights, *tables(pos), text_len=shape.text_len)
     img_shapes = [[(1, h, w) for h, w in shape.grids]]  # a batch of one sample
-    if {"ka", "ka_op"} & set(impls):
+    if {"ka", "ka_op", "ka_out"} & set(impls):
         import kernel_align as ka
         t.cos, t.sin = ka.rope_tables(ka.qwen_image_rope_positions(img_shapes, shape.text_len))
     if "diffusers" in impls:
@@ -347,6 +354,30 @@ def ka_op_case(op, t):
     return calls[op]
 
 
+def ka_out_case(op, t):
+    """The out= operators with the C++ benchmark's arguments, into outputs allocated here,
+    once: nothing is allocated per call."""
+    import torch
+    ops = torch.ops.kernel_align
+    opts = (EPS, "diffusers")
+    rope_opts = ("interleaved", "bshd")
+    fused = (*t.weights, t.cos, t.sin, t.text_len, *opts, *rope_opts)
+    y, y2 = torch.empty_like(t.q), torch.empty_like(t.k)
+    dws = [torch.empty_like(w) for w in t.weights]
+    calls = {
+        "qk_rmsnorm_fwd": lambda: ops.qk_rmsnorm_out(t.q, t.weights[2], *opts, y),
+        "qk_rmsnorm_bwd": lambda: ops.qk_rmsnorm_backward_out(t.q, t.dq, t.weights[2], *opts, y,
+                                                              dws[2]),
+        "multi_axis_rope_fwd": lambda: ops.multi_axis_rope_out(t.q, t.cos, t.sin, *rope_opts, y),
+        "multi_axis_rope_bwd": lambda: ops.multi_axis_rope_backward_out(t.dq, t.cos, t.sin,
+                                                                        *rope_opts, y),
+        "qk_norm_rope_fwd": lambda: ops.qk_norm_rope_out(t.q, t.k, *fused, y, y2),
+        "qk_norm_rope_bwd": lambda: ops.qk_norm_rope_backward_out(t.q, t.k, t.dq, t.dk, *fused,
+                                                                  y, y2, *dws),
+    }
+    return calls[op]
+
+
 def case_builders(impls, compile_now):
     """impl name -> (op, Tensors) -> callable, for the current thread count."""
     import torch
@@ -356,6 +387,8 @@ def case_builders(impls, compile_now):
             builders[impl] = graph_case(ka_graph)
         elif impl == "ka_op":
             builders[impl] = ka_op_case
+        elif impl == "ka_out":
+            builders[impl] = ka_out_case
         elif impl == "eager":
             builders[impl] = graph_case(formula_graph(rms, rope, norm_rope))
         elif impl == "diffusers":
@@ -403,7 +436,7 @@ def child(args) -> int:
     torch.manual_seed(0)
     tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     timing = QUICK_TIMING if args.quick else TIMING
-    uses_ka = bool({"ka", "ka_op"} & set(args.impls))
+    uses_ka = bool({"ka", "ka_op", "ka_out"} & set(args.impls))
     if uses_ka:
         import kernel_align as ka
     results = []
@@ -546,8 +579,14 @@ def comparison_rows(args, torch_rows, cases, path) -> list:
                     row = dict(op=op, dtype=dtype, shape=shape, threads=threads, path=path,
                                cpp_ms=cpp)
                     for alloc in ALLOCATORS:
-                        for impl in ("ka", "ka_op", "eager", "diffusers"):
+                        for impl in ("ka", "ka_op", "ka_out", "eager", "diffusers"):
                             row[f"{impl}_{alloc}_ms"] = get(impl, alloc)
+                    # out= under the default allocator over out= under the tuned one, and
+                    # our allocating op vs compile, both under the default allocator
+                    row["ka_out_default_over_tuned"] = ratio(row["ka_out_tuned_ms"],
+                                                             row["ka_out_default_ms"])
+                    row["compile_default_over_ka_default"] = ratio(
+                        get("compile", "default"), row["ka_default_ms"])
                     # compile under the tuned allocator, else under the default one
                     compile_alloc = "default" if math.isnan(get("compile", "tuned")) else "tuned"
                     row["compile_allocator"] = compile_alloc
@@ -616,6 +655,30 @@ def print_same_process(rows, allocators):
                   f"{f(r[f'eager_{alloc}_over_ka'])} | "
                   f"{f(r['compile_over_ka']) if compiled else 'n/a'} | "
                   f"{f(r[f'diffusers_{alloc}_over_ka'])} |")
+
+
+def print_out(rows):
+    f = summarize.fmt
+    print("### out= and glibc's default allocator")
+    print()
+    print(f"ka_out: the out= operators into outputs allocated once. Target: ka_out's speed "
+          f"under glibc's defaults >= {TARGET_OUT_DEFAULT_OVER_TUNED}x its speed under the "
+          f"tuned heap (tuned ms / default ms); and ka (allocating) ahead of torch.compile "
+          f"under the defaults (compile ms / ka ms > 1; n/a where compile was not timed "
+          f"under the defaults: --compile-allocators default).")
+    print()
+    print("| op | dtype | shape | threads | ka ms (default) | ka ms (tuned) | ka_out ms (default) "
+          "| ka_out ms (tuned) | ka_out default speed / tuned | compile/ka (default) | target |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        verdict = "-"
+        if not math.isnan(r["ka_out_default_over_tuned"]):
+            met = r["ka_out_default_over_tuned"] >= TARGET_OUT_DEFAULT_OVER_TUNED
+            verdict = f"{'met' if met else 'NOT met'} (>= {TARGET_OUT_DEFAULT_OVER_TUNED}x)"
+        print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | "
+              f"{f(r['ka_default_ms'])} | {f(r['ka_tuned_ms'])} | {f(r['ka_out_default_ms'])} | "
+              f"{f(r['ka_out_tuned_ms'])} | {f(r['ka_out_default_over_tuned'])} | "
+              f"{f(r['compile_default_over_ka_default'])} | {verdict} |")
 
 
 def print_overhead(rows, allocators):
@@ -716,6 +779,8 @@ def main(argv=None) -> int:
     print_vs_cpp(rows)
     print()
     print_same_process(rows, allocators)
+    print()
+    print_out(rows)
     print()
     print_overhead(rows, allocators)
     if args.json:

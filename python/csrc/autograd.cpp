@@ -17,7 +17,10 @@
 // saved tensor's overwritten value, and an inference tensor cannot be written outside
 // inference mode), and an Autograd kernel: multi_axis_rope_ rebases x's history like any
 // in-place op (its backward needs only the tables), qk_norm_rope_ refuses tensors that
-// require grad (its backward needs the q and k it overwrites).
+// require grad (its backward needs the q and k it overwrites). The out= variants
+// (*_out) get the same ADInplaceOrView kernel, boxed and shared by every mutating op
+// (the written tensors are read off the schema), and one boxed Autograd kernel: torch's
+// rule for out= functions, no gradient, so an argument that requires grad is refused.
 //
 // They are C++ rather than torch.library.register_autograd's Python kernel because every
 // call passes through the Autograd key, gradients or not: after a kernel that streamed
@@ -35,7 +38,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "views.hpp"
 
@@ -380,38 +385,50 @@ void check_writable(const at::Tensor& t) {
   if (t.is_inference() && !c10::InferenceMode::is_enabled()) torch::autograd::increment_version(t);
 }
 
-// The in-place ops' ADInplaceOrView kernels, as torch generates them for its own: the op
-// below this key, then a version bump of each tensor it wrote.
-void multi_axis_rope_inplace_or_view(c10::DispatchKeySet keys, const at::Tensor& x,
-                                     const at::Tensor& cos, const at::Tensor& sin,
-                                     c10::string_view pairing, c10::string_view layout) {
-  static const auto op = operator_handle<RopeInplaceSignature>("kernel_align::multi_axis_rope_");
-  check_writable(x);
+// The ADInplaceOrView kernel of every mutating operator (the in-place ops and the out=
+// variants), as torch generates them for its own: the op below this key, then a version
+// bump of each tensor it wrote. Boxed, one for all: the written tensors are the arguments
+// whose schema annotation says so (Tensor(a!)), an absent optional one skipped.
+void bump_written_versions(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                           torch::jit::Stack* stack) {
+  const std::vector<c10::Argument>& arguments = op.schema().arguments();
+  const std::size_t first = stack->size() - arguments.size();
+  std::vector<at::Tensor> written;
+  for (std::size_t i = 0; i < arguments.size(); ++i) {
+    const c10::AliasInfo* alias = arguments[i].alias_info();
+    const c10::IValue& value = (*stack)[first + i];
+    if (alias != nullptr && alias->isWrite() && value.isTensor())
+      written.push_back(value.toTensor());
+  }
+  for (const at::Tensor& t : written) check_writable(t);
   {
     const at::AutoDispatchBelowADInplaceOrView below;
-    op.redispatch(keys & c10::after_ADInplaceOrView_keyset, x, cos, sin, pairing, layout);
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
   }
-  torch::autograd::increment_version(x);
+  for (const at::Tensor& t : written) torch::autograd::increment_version(t);
 }
 
-void qk_norm_rope_inplace_or_view(c10::DispatchKeySet keys, const at::Tensor& q,
-                                  const at::Tensor& k, const OptionalTensor& text_q_weight,
-                                  const OptionalTensor& text_k_weight,
-                                  const OptionalTensor& image_q_weight,
-                                  const OptionalTensor& image_k_weight, const at::Tensor& cos,
-                                  const at::Tensor& sin, std::int64_t text_len, double eps,
-                                  c10::string_view mode, c10::string_view pairing,
-                                  c10::string_view layout) {
-  static const auto op = operator_handle<QkNormRopeInplaceSignature>("kernel_align::qk_norm_rope_");
-  check_writable(q);
-  check_writable(k);
-  {
-    const at::AutoDispatchBelowADInplaceOrView below;
-    op.redispatch(keys & c10::after_ADInplaceOrView_keyset, q, k, text_q_weight, text_k_weight,
-                  image_q_weight, image_k_weight, cos, sin, text_len, eps, mode, pairing, layout);
+// The Autograd kernel of the out= variants: torch's rule for its own out= functions,
+// which do not support automatic differentiation. While grad mode is on, an argument that
+// requires grad (an input, or an out tensor) is refused before anything is written, with
+// torch's RuntimeError and the argument's name; otherwise the op runs below autograd.
+void refuse_grad_for_out(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                         torch::jit::Stack* stack) {
+  const std::vector<c10::Argument>& arguments = op.schema().arguments();
+  const std::size_t first = stack->size() - arguments.size();
+  if (c10::GradMode::is_enabled()) {
+    for (std::size_t i = 0; i < arguments.size(); ++i) {
+      const c10::IValue& value = (*stack)[first + i];
+      TORCH_CHECK(!value.isTensor() || !value.toTensor().requires_grad(), "kernel_align.",
+                  op.schema().name().substr(std::string_view("kernel_align::").size()),
+                  ": argument '", arguments[i].name(),
+                  "': functions with out=... arguments don't support automatic "
+                  "differentiation, but this argument requires grad (call it without out=, "
+                  "or under torch.no_grad())");
+    }
   }
-  torch::autograd::increment_version(q);
-  torch::autograd::increment_version(k);
+  const at::AutoDispatchBelowAutograd below_autograd;
+  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
 }
 
 std::tuple<at::Tensor, at::Tensor> qk_rmsnorm_backward_autograd(const at::Tensor& x,
@@ -449,6 +466,11 @@ qk_norm_rope_backward_autograd(const at::Tensor& q, const at::Tensor& k, const a
 }  // namespace
 }  // namespace kernel_align::torch_ext
 
+// The out= variants (ops.cpp): refused under autograd, their outputs' versions bumped.
+constexpr const char* kOutOperators[] = {"qk_rmsnorm_out",      "qk_rmsnorm_backward_out",
+                                         "multi_axis_rope_out", "multi_axis_rope_backward_out",
+                                         "qk_norm_rope_out",    "qk_norm_rope_backward_out"};
+
 TORCH_LIBRARY_IMPL(kernel_align, Autograd, m) {
   m.impl("qk_rmsnorm", &kernel_align::torch_ext::qk_rmsnorm_autograd);
   m.impl("multi_axis_rope", &kernel_align::torch_ext::multi_axis_rope_autograd);
@@ -458,9 +480,20 @@ TORCH_LIBRARY_IMPL(kernel_align, Autograd, m) {
   m.impl("qk_norm_rope_backward", &kernel_align::torch_ext::qk_norm_rope_backward_autograd);
   m.impl("multi_axis_rope_", &kernel_align::torch_ext::multi_axis_rope_inplace_autograd);
   m.impl("qk_norm_rope_", &kernel_align::torch_ext::qk_norm_rope_inplace_autograd);
+  for (const char* name : kOutOperators) {
+    m.impl(
+        name,
+        torch::CppFunction::makeFromBoxedFunction<&kernel_align::torch_ext::refuse_grad_for_out>());
+  }
 }
 
 TORCH_LIBRARY_IMPL(kernel_align, ADInplaceOrView, m) {
-  m.impl("multi_axis_rope_", &kernel_align::torch_ext::multi_axis_rope_inplace_or_view);
-  m.impl("qk_norm_rope_", &kernel_align::torch_ext::qk_norm_rope_inplace_or_view);
+  for (const char* name : {"multi_axis_rope_", "qk_norm_rope_"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<
+                     &kernel_align::torch_ext::bump_written_versions>());
+  }
+  for (const char* name : kOutOperators) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<
+                     &kernel_align::torch_ext::bump_written_versions>());
+  }
 }

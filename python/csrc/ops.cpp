@@ -338,6 +338,121 @@ SixTensors qk_norm_rope_backward(const at::Tensor& q, const at::Tensor& k, const
   });
 }
 
+// ---- out= variants -----------------------------------------------------------------
+//
+// Each op with its outputs given instead of allocated (kernel_align.qk_rmsnorm(...,
+// out=y)): a training loop reuses its buffers and allocates nothing per call. The outputs
+// are validated by the library like any output (shape, dtype, device, strides, overlap
+// with the inputs and each other) before any byte is written. The outputs' dtypes are the
+// out tensors' own (out_dtype is theirs). Messages name the forwards' outputs as the
+// Python functions do ('out', or 'out[i]' of a tuple), the backwards' as their schemas.
+
+constexpr Rename kOutNames[] = {{"y", "out"}};
+
+void qk_rmsnorm_out(const at::Tensor& x, const OptionalTensor& weight, double eps,
+                    c10::string_view mode, const at::Tensor& out) {
+  constexpr const char* op = "qk_rmsnorm";
+  translate_errors(op, kOutNames, [&] {
+    qk_rmsnorm_forward(input_view(op, "x", x), input_view(op, "weight", weight),
+                       output_view(op, "out", out),
+                       RmsNormOptions{eps_of(eps), parse_norm_mode(mode)}, context_of(x));
+  });
+}
+
+void qk_rmsnorm_backward_out(const at::Tensor& x, const at::Tensor& dy,
+                             const OptionalTensor& weight, double eps, c10::string_view mode,
+                             const at::Tensor& dx, const OptionalTensor& dw) {
+  constexpr const char* op = "qk_rmsnorm_backward_out";
+  translate_errors(op, [&] {
+    std::optional<TensorView> dwv;
+    if (dw) dwv = output_view(op, "dw", *dw);
+    qk_rmsnorm_backward(input_view(op, "x", x), input_view(op, "dy", dy),
+                        input_view(op, "weight", weight), output_view(op, "dx", dx), dwv,
+                        RmsNormOptions{eps_of(eps), parse_norm_mode(mode)}, context_of(x));
+  });
+}
+
+void multi_axis_rope_out(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                         c10::string_view pairing, c10::string_view layout, const at::Tensor& out) {
+  constexpr const char* op = "multi_axis_rope";
+  translate_errors(op, kOutNames, [&] {
+    multi_axis_rope_forward(input_view(op, "x", x), input_view(op, "cos", cos),
+                            input_view(op, "sin", sin), output_view(op, "out", out),
+                            rope_options(pairing, layout), context_of(x));
+  });
+}
+
+void multi_axis_rope_backward_out(const at::Tensor& dy, const at::Tensor& cos,
+                                  const at::Tensor& sin, c10::string_view pairing,
+                                  c10::string_view layout, const at::Tensor& dx) {
+  constexpr const char* op = "multi_axis_rope_backward_out";
+  translate_errors(op, [&] {
+    multi_axis_rope_backward(input_view(op, "dy", dy), input_view(op, "cos", cos),
+                             input_view(op, "sin", sin), output_view(op, "dx", dx),
+                             rope_options(pairing, layout), context_of(dy));
+  });
+}
+
+// The fused ops' weights as in kFusedNames; the forward's outputs are the out tuple's
+// elements, the backward's weight gradients its schema's dw_*.
+constexpr Rename kFusedOutNames[] = {{"weights.text_q", "text_q_weight"},
+                                     {"weights.text_k", "text_k_weight"},
+                                     {"weights.image_q", "image_q_weight"},
+                                     {"weights.image_k", "image_k_weight"},
+                                     {"q_out", "out[0]"},
+                                     {"k_out", "out[1]"}};
+constexpr Rename kFusedBackwardOutNames[] = {
+    {"weights.text_q", "text_q_weight"},    {"weights.text_k", "text_k_weight"},
+    {"weights.image_q", "image_q_weight"},  {"weights.image_k", "image_k_weight"},
+    {"weight_grads.text_q", "dw_text_q"},   {"weight_grads.text_k", "dw_text_k"},
+    {"weight_grads.image_q", "dw_image_q"}, {"weight_grads.image_k", "dw_image_k"}};
+
+void qk_norm_rope_out(const at::Tensor& q, const at::Tensor& k, const OptionalTensor& text_q_weight,
+                      const OptionalTensor& text_k_weight, const OptionalTensor& image_q_weight,
+                      const OptionalTensor& image_k_weight, const at::Tensor& cos,
+                      const at::Tensor& sin, std::int64_t text_len, double eps,
+                      c10::string_view mode, c10::string_view pairing, c10::string_view layout,
+                      const at::Tensor& q_out, const at::Tensor& k_out) {
+  constexpr const char* op = "qk_norm_rope";
+  translate_errors(op, kFusedOutNames, [&] {
+    qk_norm_rope_forward(
+        input_view(op, "q", q), input_view(op, "k", k),
+        norm_weights(op, text_q_weight, text_k_weight, image_q_weight, image_k_weight),
+        input_view(op, "cos", cos), input_view(op, "sin", sin), output_view(op, "out[0]", q_out),
+        output_view(op, "out[1]", k_out), fused_options(text_len, eps, mode, pairing, layout),
+        context_of(q));
+  });
+}
+
+void qk_norm_rope_backward_out(const at::Tensor& q, const at::Tensor& k, const at::Tensor& dq_out,
+                               const at::Tensor& dk_out, const OptionalTensor& text_q_weight,
+                               const OptionalTensor& text_k_weight,
+                               const OptionalTensor& image_q_weight,
+                               const OptionalTensor& image_k_weight, const at::Tensor& cos,
+                               const at::Tensor& sin, std::int64_t text_len, double eps,
+                               c10::string_view mode, c10::string_view pairing,
+                               c10::string_view layout, const at::Tensor& dq, const at::Tensor& dk,
+                               const OptionalTensor& dw_text_q, const OptionalTensor& dw_text_k,
+                               const OptionalTensor& dw_image_q, const OptionalTensor& dw_image_k) {
+  constexpr const char* op = "qk_norm_rope_backward_out";
+  translate_errors(op, kFusedBackwardOutNames, [&] {
+    const std::array<const OptionalTensor*, 4> dw{&dw_text_q, &dw_text_k, &dw_image_q, &dw_image_k};
+    constexpr std::array<const char*, 4> kDwNames{"dw_text_q", "dw_text_k", "dw_image_q",
+                                                  "dw_image_k"};
+    std::array<std::optional<TensorView>, 4> dw_views;
+    for (std::size_t i = 0; i < dw.size(); ++i) {
+      if (*dw[i]) dw_views[i] = output_view(op, kDwNames[i], **dw[i]);
+    }
+    qk_norm_rope_backward(
+        input_view(op, "q", q), input_view(op, "k", k), input_view(op, "dq_out", dq_out),
+        input_view(op, "dk_out", dk_out),
+        norm_weights(op, text_q_weight, text_k_weight, image_q_weight, image_k_weight),
+        input_view(op, "cos", cos), input_view(op, "sin", sin), output_view(op, "dq", dq),
+        output_view(op, "dk", dk), {dw_views[0], dw_views[1], dw_views[2], dw_views[3]},
+        fused_options(text_len, eps, mode, pairing, layout), context_of(q));
+  });
+}
+
 }  // namespace
 }  // namespace kernel_align::torch_ext
 
@@ -384,6 +499,35 @@ TORCH_LIBRARY(kernel_align, m) {
       "str pairing, str layout, bool[4] compute_dw) -> (Tensor dq, Tensor dk, "
       "Tensor dw_text_q, Tensor dw_text_k, Tensor dw_image_q, Tensor dw_image_k)",
       tags);
+  // The out= variants (ops.cpp): the outputs given, mutated, nothing returned (as the
+  // in-place ops: torch.compile functionalises such ops), their dtypes the outputs' own.
+  m.def("qk_rmsnorm_out(Tensor x, Tensor? weight, float eps, str norm_mode, Tensor(a!) out) -> ()",
+        tags);
+  m.def(
+      "qk_rmsnorm_backward_out(Tensor x, Tensor dy, Tensor? weight, float eps, str norm_mode, "
+      "Tensor(a!) dx, Tensor(b!)? dw) -> ()",
+      tags);
+  m.def(
+      "multi_axis_rope_out(Tensor x, Tensor cos, Tensor sin, str pairing, str layout, "
+      "Tensor(a!) out) -> ()",
+      tags);
+  m.def(
+      "multi_axis_rope_backward_out(Tensor dy, Tensor cos, Tensor sin, str pairing, "
+      "str layout, Tensor(a!) dx) -> ()",
+      tags);
+  m.def(
+      "qk_norm_rope_out(Tensor q, Tensor k, Tensor? text_q_weight, Tensor? text_k_weight, "
+      "Tensor? image_q_weight, Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, "
+      "float eps, str norm_mode, str pairing, str layout, Tensor(a!) q_out, "
+      "Tensor(b!) k_out) -> ()",
+      tags);
+  m.def(
+      "qk_norm_rope_backward_out(Tensor q, Tensor k, Tensor dq_out, Tensor dk_out, "
+      "Tensor? text_q_weight, Tensor? text_k_weight, Tensor? image_q_weight, "
+      "Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, float eps, str norm_mode, "
+      "str pairing, str layout, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!)? dw_text_q, "
+      "Tensor(d!)? dw_text_k, Tensor(e!)? dw_image_q, Tensor(f!)? dw_image_k) -> ()",
+      tags);
 }
 
 namespace kernel_align::torch_ext {
@@ -398,6 +542,12 @@ void register_kernels(torch::Library& m) {
   m.impl("qk_norm_rope", &qk_norm_rope);
   m.impl("qk_norm_rope_", &qk_norm_rope_inplace);
   m.impl("qk_norm_rope_backward", &qk_norm_rope_backward);
+  m.impl("qk_rmsnorm_out", &qk_rmsnorm_out);
+  m.impl("qk_rmsnorm_backward_out", &qk_rmsnorm_backward_out);
+  m.impl("multi_axis_rope_out", &multi_axis_rope_out);
+  m.impl("multi_axis_rope_backward_out", &multi_axis_rope_backward_out);
+  m.impl("qk_norm_rope_out", &qk_norm_rope_out);
+  m.impl("qk_norm_rope_backward_out", &qk_norm_rope_backward_out);
 }
 
 }  // namespace

@@ -218,3 +218,51 @@ def _qk_norm_rope_backward_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weig
     return (torch.empty_like(q), torch.empty_like(k)) + dws
 
 
+
+
+# ---------------------------------------------------------------------------------------
+# out= variants: the outputs given, written, nothing returned (csrc/ops.cpp). The fake
+# kernels check what the schema cannot; shapes and dtypes are the C++ validation's.
+
+
+@torch.library.register_fake("kernel_align::qk_rmsnorm_out")
+def _qk_rmsnorm_out_fake(x, weight, eps, norm_mode, out):
+    check_tensors("qk_rmsnorm", ("weight",), x=x, weight=weight, out=out)
+
+
+@torch.library.register_fake("kernel_align::qk_rmsnorm_backward_out")
+def _qk_rmsnorm_backward_out_fake(x, dy, weight, eps, norm_mode, dx, dw):
+    check_tensors("qk_rmsnorm_backward_out", ("weight", "dw"), x=x, dy=dy, weight=weight, dx=dx,
+                  dw=dw)
+
+
+@torch.library.register_fake("kernel_align::multi_axis_rope_out")
+def _multi_axis_rope_out_fake(x, cos, sin, pairing, layout, out):
+    check_tensors("multi_axis_rope", x=x, cos=cos, sin=sin, out=out)
+
+
+@torch.library.register_fake("kernel_align::multi_axis_rope_backward_out")
+def _multi_axis_rope_backward_out_fake(dy, cos, sin, pairing, layout, dx):
+    check_tensors("multi_axis_rope_backward_out", dy=dy, cos=cos, sin=sin, dx=dx)
+
+
+@torch.library.register_fake("kernel_align::qk_norm_rope_out")
+def _qk_norm_rope_out_fake(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight,
+                           cos, sin, text_len, eps, norm_mode, pairing, layout, q_out, k_out):
+    check_tensors("qk_norm_rope", FUSED_WEIGHT_NAMES, q=q, k=k, text_q_weight=text_q_weight,
+                  text_k_weight=text_k_weight, image_q_weight=image_q_weight,
+                  image_k_weight=image_k_weight, cos=cos, sin=sin, q_out=q_out, k_out=k_out)
+
+
+@torch.library.register_fake("kernel_align::qk_norm_rope_backward_out")
+def _qk_norm_rope_backward_out_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weight,
+                                    image_q_weight, image_k_weight, cos, sin, text_len, eps,
+                                    norm_mode, pairing, layout, dq, dk, dw_text_q, dw_text_k,
+                                    dw_image_q, dw_image_k):
+    dw_names = ("dw_text_q", "dw_text_k", "dw_image_q", "dw_image_k")
+    check_tensors("qk_norm_rope_backward_out", FUSED_WEIGHT_NAMES + dw_names, q=q, k=k,
+                  dq_out=dq_out, dk_out=dk_out, text_q_weight=text_q_weight,
+                  text_k_weight=text_k_weight, image_q_weight=image_q_weight,
+                  image_k_weight=image_k_weight, cos=cos, sin=sin, dq=dq, dk=dk,
+                  dw_text_q=dw_text_q, dw_text_k=dw_text_k, dw_image_q=dw_image_q,
+                  dw_image_k=dw_image_k)

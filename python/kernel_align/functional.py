@@ -26,6 +26,20 @@ was expected and what was found; a refused call writes nothing):
   and, in strict mode, a call the first-choice backend cannot run.
 - ``NotImplementedError``: double backward through the norms (a gradient of the
   gradient of ``qk_rmsnorm`` or ``qk_norm_rope``).
+
+**out=**: ``qk_rmsnorm``, ``multi_axis_rope`` and ``qk_norm_rope`` take ``out=`` (a tensor,
+or the ``(q_out, k_out)`` pair), as torch's own ops do: the result is written there and
+``out`` returned, so a loop that reuses its buffers allocates nothing per call (a fresh
+output above glibc's mmap threshold page-faults on first write: docs/python.md, "Speed
+in practice"). The bytes are the allocating call's. An out tensor has the output's
+shape exactly (it is never resized), any strides, and its own dtype is the output's
+(``out_dtype`` may be omitted or must equal it); it must not share memory with an input
+or another output. As for torch's out= functions, no gradient is recorded: while grad
+mode is on, an argument that requires grad (an input or an out tensor) is refused
+(RuntimeError) before anything is written. The raw operators are
+``torch.ops.kernel_align.*_out`` (the backward ops too: ``qk_rmsnorm_backward_out``,
+``multi_axis_rope_backward_out``, ``qk_norm_rope_backward_out``, whose optional weight
+gradients are written where given).
 """
 
 from __future__ import annotations
@@ -33,6 +47,16 @@ from __future__ import annotations
 import torch
 
 from ._ops import FUSED_WEIGHT_NAMES, as_dtype, as_float, as_int, as_str, check_tensors, ops
+
+
+def check_out(op: str, out_dtype: torch.dtype | None, **outputs: torch.Tensor) -> None:
+    """The out= tensors are tensors; out_dtype, if given, is theirs (the outputs' dtype is
+    the out tensors' own). Shapes, devices and overlap are the library's to check."""
+    check_tensors(op, **outputs)
+    for name, tensor in outputs.items():
+        if out_dtype is not None and tensor.dtype != out_dtype:
+            raise ValueError(f"kernel_align.{op}: argument 'out_dtype': expected None or "
+                             f"{name}'s dtype {tensor.dtype}, found {out_dtype}")
 
 __all__ = [
     "qk_rmsnorm",
@@ -50,6 +74,7 @@ def qk_rmsnorm(
     eps: float = 1e-6,
     mode: str = "single",
     out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """RMSNorm over the last dim D (even, 2..4096) of a 1-4-D tensor.
 
@@ -66,9 +91,11 @@ def qk_rmsnorm(
         eps: added to the mean square; finite, >= 0 and representable in fp32.
         mode: "single" or "diffusers" (equal with an fp32 weight or no weight).
         out_dtype: the output's dtype (fp32, bf16 or fp16); None: x's dtype.
+        out: a tensor to write the result into instead of a new one (see "out=" below).
 
     Returns:
-        A new tensor of x's shape and strides (``torch.empty_like``), dtype ``out_dtype``.
+        A new tensor of x's shape and strides (``torch.empty_like``), dtype ``out_dtype``;
+        with ``out``, ``out`` itself, written.
 
     Raises:
         TypeError: x or weight is not a dense tensor, or x, weight or out_dtype has a
@@ -80,8 +107,13 @@ def qk_rmsnorm(
     """
     check_tensors("qk_rmsnorm", ("weight",), x=x, weight=weight)
     op = "qk_rmsnorm"
-    return ops.qk_rmsnorm(x, weight, as_float(op, "eps", eps), as_str(op, "mode", mode),
-                          as_dtype(op, "out_dtype", out_dtype))
+    eps, mode = as_float(op, "eps", eps), as_str(op, "mode", mode)
+    out_dtype = as_dtype(op, "out_dtype", out_dtype)
+    if out is None:
+        return ops.qk_rmsnorm(x, weight, eps, mode, out_dtype)
+    check_out(op, out_dtype, out=out)
+    ops.qk_rmsnorm_out(x, weight, eps, mode, out)
+    return out
 
 
 def multi_axis_rope(
@@ -91,6 +123,7 @@ def multi_axis_rope(
     *,
     pairing: str = "interleaved",
     layout: str = "bshd",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Rotary embedding of a 4-D ``x`` in ``layout`` ("bshd" ``[B, S, H, D]`` or "bhsd"
     ``[B, H, S, D]``); row s of the tables rotates sequence position s. ``pairing``:
@@ -106,9 +139,11 @@ def multi_axis_rope(
         sin: fp32 ``[S, D/2]``, the sines, likewise.
         pairing: "interleaved" or "half".
         layout: "bshd" or "bhsd": which dim of x is the sequence.
+        out: a tensor to write the result into instead of a new one (see "out=" below).
 
     Returns:
-        A new tensor of x's shape, dtype and strides (``torch.empty_like``).
+        A new tensor of x's shape, dtype and strides (``torch.empty_like``); with
+        ``out``, ``out`` itself, written.
 
     Raises:
         TypeError: x, cos or sin is not a dense tensor, or x has another dtype.
@@ -119,8 +154,12 @@ def multi_axis_rope(
     """
     check_tensors("multi_axis_rope", x=x, cos=cos, sin=sin)
     op = "multi_axis_rope"
-    return ops.multi_axis_rope(x, cos, sin, as_str(op, "pairing", pairing),
-                               as_str(op, "layout", layout))
+    pairing, layout = as_str(op, "pairing", pairing), as_str(op, "layout", layout)
+    if out is None:
+        return ops.multi_axis_rope(x, cos, sin, pairing, layout)
+    check_out(op, None, out=out)
+    ops.multi_axis_rope_out(x, cos, sin, pairing, layout, out)
+    return out
 
 
 def multi_axis_rope_(
@@ -181,6 +220,7 @@ def qk_norm_rope(
     pairing: str = "interleaved",
     layout: str = "bshd",
     out_dtype: torch.dtype | None = None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``rope(qk_rmsnorm(q))`` and the same for k in one pass: sequence positions below
     ``text_len`` are text (normalised with the text weights), the rest image. q and k
@@ -206,9 +246,12 @@ def qk_norm_rope(
         pairing: "interleaved" or "half", as in ``multi_axis_rope``.
         layout: "bshd" or "bhsd", as in ``multi_axis_rope``.
         out_dtype: the dtype of both outputs; None: q's for q_out, k's for k_out.
+        out: ``(q_out, k_out)`` to write the results into instead of new tensors (see
+            "out=" below).
 
     Returns:
-        ``(q_out, k_out)``: new tensors of q's and k's shapes and strides.
+        ``(q_out, k_out)``: new tensors of q's and k's shapes and strides; with ``out``,
+        ``out`` itself, written.
 
     Raises:
         TypeError: a tensor argument is not a dense tensor, or has (or out_dtype is)
@@ -222,10 +265,19 @@ def qk_norm_rope(
                   text_k_weight=text_k_weight, image_q_weight=image_q_weight,
                   image_k_weight=image_k_weight)
     op = "qk_norm_rope"
-    return ops.qk_norm_rope(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight,
-                            cos, sin, as_int(op, "text_len", text_len), as_float(op, "eps", eps),
-                            as_str(op, "mode", mode), as_str(op, "pairing", pairing),
-                            as_str(op, "layout", layout), as_dtype(op, "out_dtype", out_dtype))
+    options = (as_int(op, "text_len", text_len), as_float(op, "eps", eps),
+               as_str(op, "mode", mode), as_str(op, "pairing", pairing),
+               as_str(op, "layout", layout))
+    weights = (text_q_weight, text_k_weight, image_q_weight, image_k_weight)
+    out_dtype = as_dtype(op, "out_dtype", out_dtype)
+    if out is None:
+        return ops.qk_norm_rope(q, k, *weights, cos, sin, *options, out_dtype)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"kernel_align.{op}: argument 'out': expected a (q_out, k_out) pair of "
+                        f"tensors, found {out!r:.80}")
+    check_out(op, out_dtype, **{"out[0]": out[0], "out[1]": out[1]})
+    ops.qk_norm_rope_out(q, k, *weights, cos, sin, *options, out[0], out[1])
+    return out[0], out[1]
 
 
 def qk_norm_rope_(
