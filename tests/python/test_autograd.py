@@ -220,6 +220,21 @@ def _opcheck_cases(generator):
                               "interleaved", "bshd")
     yield OPS.qk_norm_rope_backward, (x, x, x, x, w, w, None, w, cos, sin, 3, 1e-6, "diffusers",
                                       "interleaved", "bshd", [True, False, False, True])
+    # The out= variants (test_out.py): the outputs given, written.
+    yield OPS.qk_rmsnorm_out, (x.bfloat16(), wb, 1e-6, "single", torch.empty_like(x))
+    yield OPS.qk_rmsnorm_backward_out, (x, torch.randn_like(x), w, 1e-6, "single",
+                                        torch.empty_like(x), torch.empty_like(w))
+    yield OPS.qk_rmsnorm_backward_out, (x, torch.randn_like(x), w, 1e-6, "single",
+                                        torch.empty_like(x), None)
+    yield OPS.multi_axis_rope_out, (x, cos, sin, "half", "bshd", torch.empty_like(x))
+    yield OPS.multi_axis_rope_backward_out, (x, cos, sin, "interleaved", "bshd",
+                                             torch.empty_like(x))
+    yield OPS.qk_norm_rope_out, (x, x, w, w, w, w, cos, sin, 3, 1e-6, "diffusers", "interleaved",
+                                 "bshd", torch.empty_like(x), torch.empty_like(x).bfloat16())
+    yield OPS.qk_norm_rope_backward_out, (x, x, x, x, w, w, None, w, cos, sin, 3, 1e-6,
+                                          "diffusers", "interleaved", "bshd", torch.empty_like(x),
+                                          torch.empty_like(x), torch.empty_like(w), None, None,
+                                          torch.empty_like(w))
 
 
 def test_opcheck(generator):
