@@ -40,6 +40,8 @@ Each allocator setting runs in its own child process (this script re-executes it
 glibc defaults, and "tuned" (TUNED_GLIBC below): large tensors come from the heap instead
 of fresh page-faulting mmaps each call, and the heap is not trimmed back to the OS when the
 freed tensor is its top chunk (which would page-fault the next call's output again).
+--allocators also takes default_no_thp (the defaults without our torch ops' huge-page
+advice for their outputs) and torch_thp (torch's THP_MEM_ALLOC_ENABLE=1 instead of it).
 torch.compile is timed under --compile-allocators only.
 
 C++ side: the Google Benchmark binary (bench/kernel_align_bench) is run with a filter for
@@ -95,7 +97,19 @@ IMPLS = ["ka", "ka_op", "ka_out", "eager", "diffusers", "compile"]  # timed in t
 # "compile_casts" computes the formula's roundings, as eager, diffusers and we do.
 COMPILE_OPTIONS = {"compile": {}, "compile_casts": {"emulate_precision_casts": True}}
 TUNED_GLIBC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
-ALLOCATORS = {"default": None, "tuned": TUNED_GLIBC}
+# Each allocator setting is the environment of a child process (glibc and torch read these
+# at start-up; the extension reads KERNEL_ALIGN_HUGE_PAGES once). "default" is what a user
+# gets: glibc's defaults, our torch ops advising huge pages for their large CPU outputs
+# (docs/python.md, "Speed in practice"); "default_no_thp" the same without that advice;
+# "torch_thp" torch's own THP_MEM_ALLOC_ENABLE=1 (every large tensor advised) instead of
+# ours; "tuned" the tuned heap. Timed by default: default and tuned.
+ALLOCATORS = {
+    "default": {},
+    "tuned": {"GLIBC_TUNABLES": TUNED_GLIBC},
+    "default_no_thp": {"KERNEL_ALIGN_HUGE_PAGES": "0"},
+    "torch_thp": {"KERNEL_ALIGN_HUGE_PAGES": "0", "THP_MEM_ALLOC_ENABLE": "1"},
+}
+DEFAULT_ALLOCATORS = ["default", "tuned"]
 # The issue's targets: ours vs eager torch with the tuned allocator, and vs torch.compile.
 TARGET_EAGER = {"bf16": 5.0, "fp32": 2.5}
 TARGET_COMPILE = 1.2
@@ -522,12 +536,12 @@ def best_path(cases, context):
 # Timing in children, combining, printing
 
 def allocator_env(alloc) -> dict:
-    """This process's environment with glibc's malloc set up as ALLOCATORS[alloc] (for a
+    """This process's environment with the allocators set up as ALLOCATORS[alloc] (for a
     child process: glibc reads GLIBC_TUNABLES at start-up only)."""
     env = dict(os.environ)
-    env.pop("GLIBC_TUNABLES", None)
-    if ALLOCATORS[alloc]:
-        env["GLIBC_TUNABLES"] = ALLOCATORS[alloc]
+    for name in ("GLIBC_TUNABLES", "KERNEL_ALIGN_HUGE_PAGES", "THP_MEM_ALLOC_ENABLE"):
+        env.pop(name, None)
+    env.update(ALLOCATORS[alloc])
     return env
 
 
@@ -547,8 +561,8 @@ def time_torch(args) -> list:
             cmd += ["--compile-shapes", *args.compile_shapes]
         if args.quick:
             cmd.append("--quick")
-        print(f"compare_torch: timing torch, allocator {alloc} "
-              f"(GLIBC_TUNABLES={env.get('GLIBC_TUNABLES', '')!r})", file=sys.stderr, flush=True)
+        print(f"compare_torch: timing torch, allocator {alloc} ({ALLOCATORS[alloc] or 'as is'})",
+              file=sys.stderr, flush=True)
         subprocess.run(cmd, check=True, env=env)
         with open(out) as f:
             rows += json.load(f)["results"]
@@ -724,7 +738,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", nargs="+", default=OPS, choices=OPS)
     ap.add_argument("--impls", nargs="+", default=IMPLS, choices=IMPLS,
                     help="torch-side implementations to time (default: all)")
-    ap.add_argument("--allocators", nargs="+", default=list(ALLOCATORS), choices=list(ALLOCATORS))
+    ap.add_argument("--allocators", nargs="+", default=DEFAULT_ALLOCATORS, choices=list(ALLOCATORS),
+                    help="allocator settings, a child process each (ALLOCATORS; default: "
+                         "default tuned)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--compile-shapes", nargs="+",
                     help="shapes to compile (default: all of --shapes); compiling is slow")

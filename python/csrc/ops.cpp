@@ -12,15 +12,18 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <sys/mman.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -95,8 +98,30 @@ void check_outputs_fit(const char* argument, const at::Tensor& like, const Stand
   check_fits_memory(argument, like.device(), outputs.bytes(), "outputs");
 }
 
-at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dtype) {
-  return at::empty_like(t, t.options().dtype(dtype));
+// An output like `t` (torch.empty_like, so the fake kernels' strides) in `dtype`. On the
+// CPU, a large one is advised to use transparent huge pages (madvise MADV_HUGEPAGE, the
+// 2 MiB-aligned part of its memory; the advice torch's THP_MEM_ALLOC_ENABLE=1 gives every
+// large tensor): under glibc's defaults each such output is a fresh mapping that the
+// kernel fills by page faults on the first write, 512 times fewer of them with 2 MiB
+// pages. Only this output's memory is advised, never the allocator's other memory; where
+// THP is "never", or the advice fails, nothing changes. KERNEL_ALIGN_HUGE_PAGES=0 (read
+// once) turns the advice off (docs/python.md, "Speed in practice").
+at::Tensor new_output(const at::Tensor& t, at::ScalarType dtype) {
+  static const bool advise = [] {
+    const char* setting = std::getenv("KERNEL_ALIGN_HUGE_PAGES");
+    return setting == nullptr || std::string_view(setting) != "0";
+  }();
+  at::Tensor out = at::empty_like(t, t.options().dtype(dtype));
+  constexpr std::uintptr_t kHugePage = std::uintptr_t{1} << 21;
+  if (advise && out.is_cpu() && out.storage().nbytes() >= 2 * kHugePage) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(out.storage().data());
+    const std::uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
+    const std::uintptr_t last = (begin + out.storage().nbytes()) & ~(kHugePage - 1);
+    if (last > first) {
+      ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);  // advice only
+    }
+  }
+  return out;
 }
 
 // Stands for a weight gradient that was not asked for: a schema cannot return an
@@ -121,7 +146,7 @@ at::Tensor qk_rmsnorm(const at::Tensor& x, const std::optional<at::Tensor>& weig
     detail::rmsnorm_forward_call(xv, wv, outputs.like(xv, library_dtype(op, "out_dtype", y_type)),
                                  options);
     check_outputs_fit("x", x, outputs);
-    at::Tensor y = empty_like_dtype(x, y_type);
+    at::Tensor y = new_output(x, y_type);
     qk_rmsnorm_forward(xv, wv, output_view(op, "out_dtype", y), options, context_of(x));
     return y;
   });
@@ -144,7 +169,7 @@ std::tuple<at::Tensor, at::Tensor> qk_rmsnorm_backward(const at::Tensor& x, cons
     if (compute_dw) dw_stand_in = outputs.like(*wv, wv->dtype);
     detail::rmsnorm_backward_call(xv, dyv, wv, dx_stand_in, dw_stand_in, options);
     check_outputs_fit("x", x, outputs);
-    at::Tensor dx = empty_like_dtype(x, x.scalar_type());
+    at::Tensor dx = new_output(x, x.scalar_type());
     at::Tensor dw = compute_dw ? at::empty_like(*weight) : no_gradient(x);
     std::optional<TensorView> dwv;
     if (compute_dw) dwv = output_view(op, "dw", dw);
@@ -168,7 +193,7 @@ at::Tensor multi_axis_rope(const at::Tensor& x, const at::Tensor& cos, const at:
     StandIns outputs({xv, cv, sv});
     detail::rope_call(Direction::Forward, xv, cv, sv, outputs.like(xv, xv.dtype), options);
     check_outputs_fit("x", x, outputs);
-    at::Tensor y = at::empty_like(x);
+    at::Tensor y = new_output(x, x.scalar_type());
     multi_axis_rope_forward(xv, cv, sv, output_view(op, "y", y), options, context_of(x));
     return y;
   });
@@ -199,7 +224,7 @@ at::Tensor multi_axis_rope_backward(const at::Tensor& dy, const at::Tensor& cos,
     StandIns outputs({dyv, cv, sv});
     detail::rope_call(Direction::Backward, dyv, cv, sv, outputs.like(dyv, dyv.dtype), options);
     check_outputs_fit("dy", dy, outputs);
-    at::Tensor dx = at::empty_like(dy);
+    at::Tensor dx = new_output(dy, dy.scalar_type());
     multi_axis_rope_backward(dyv, cv, sv, output_view(op, "dx", dx), options, context_of(dy));
     return dx;
   });
@@ -253,8 +278,8 @@ std::tuple<at::Tensor, at::Tensor> qk_norm_rope(
     const TensorView k_stand_in = outputs.like(kv, library_dtype(op, "out_dtype", k_type));
     detail::qk_norm_rope_forward_call(qv, kv, weights, cv, sv, q_stand_in, k_stand_in, options);
     check_outputs_fit("q", q, outputs);
-    at::Tensor q_out = empty_like_dtype(q, q_type);
-    at::Tensor k_out = empty_like_dtype(k, k_type);
+    at::Tensor q_out = new_output(q, q_type);
+    at::Tensor k_out = new_output(k, k_type);
     qk_norm_rope_forward(qv, kv, weights, cv, sv, output_view(op, "out_dtype", q_out),
                          output_view(op, "out_dtype", k_out), options, context_of(q));
     return std::tuple{q_out, k_out};
@@ -329,8 +354,8 @@ SixTensors qk_norm_rope_backward(const at::Tensor& q, const at::Tensor& k, const
       dw[i] = compute_dw[i] ? at::empty_like(**weight_tensors[i]) : no_gradient(q);
       if (compute_dw[i]) dw_views[i] = output_view(op, "dw", dw[i]);
     }
-    at::Tensor dq = empty_like_dtype(q, q.scalar_type());
-    at::Tensor dk = empty_like_dtype(k, k.scalar_type());
+    at::Tensor dq = new_output(q, q.scalar_type());
+    at::Tensor dk = new_output(k, k.scalar_type());
     qk_norm_rope_backward(
         qv, kv, dqv, dkv, weights, cv, sv, output_view(op, "dq", dq), output_view(op, "dk", dk),
         {dw_views[0], dw_views[1], dw_views[2], dw_views[3]}, options, context_of(q));
