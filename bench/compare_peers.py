@@ -18,9 +18,10 @@ inputs uniform in [-2, 2], weights in [0.5, 1.5], fixed seed) and the C++ benchm
 
 Implementations, timed in this process with torch's, kernel-align's and the peers' thread
 counts all set to the same number:
-  ka           our op through torch.ops.kernel_align, in place where it has an in-place
-               variant (multi_axis_rope_, qk_norm_rope_), else the functional op (qk_rmsnorm)
-  ka_new       the functional op, a new output each call (multi_axis_rope, qk_norm_rope)
+  ka           our op through torch.ops.kernel_align with no allocation per call: in place
+               (multi_axis_rope_, qk_norm_rope_), or into an output allocated once
+               (qk_rmsnorm_out, out=)
+  ka_new       the functional op, a new output each call
   compile      torch.compile of compare_torch.py's formulas, for reference (rotate-half RoPE:
                the same bytes and flops; its output is not checked here)
   compile_casts  the same with inductor's emulate_precision_casts: by default inductor
@@ -98,6 +99,7 @@ import summarize  # noqa: E402
 
 OPS = ["qk_rmsnorm_fwd", "multi_axis_rope_fwd", "qk_norm_rope_fwd"]
 IN_PLACE_OPS = {"multi_axis_rope_fwd", "qk_norm_rope_fwd"}  # ops with an in-place variant
+NO_ALLOCATION_OPS = IN_PLACE_OPS | {"qk_rmsnorm_fwd"}  # in place or out=
 VARIANTS = ["contrib", "primitive"]
 PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO"}
 # Timed in this order in every round; ka_new only where ka is the in-place variant.
@@ -427,7 +429,8 @@ def op_bytes(op, t):
 
 def ours(op, t, text_len, in_place):
     """Our raw op, returning its outputs: in place on copies of the inputs (the ops
-    with an in-place variant), or into new outputs. The in-place call carries
+    with an in-place variant), into an output allocated once (qk_rmsnorm's out=), or
+    into new outputs (in_place False). The in-place call carries
     `restore`, which copies the inputs back into its buffers: timed without it, the
     fused op normalised its own output over and over, and after about a hundred calls
     12% of the fp32 elements were subnormal and a call took 15-20x as long (docs/
@@ -435,6 +438,13 @@ def ours(op, t, text_len, in_place):
     import torch
     ops = torch.ops.kernel_align
     fused = (*t.weights, t.cos, t.sin, text_len, ct.EPS, "diffusers", "interleaved", "bshd")
+    if in_place and op == "qk_rmsnorm_fwd":
+        y = torch.empty_like(t.q)
+
+        def run_out():
+            ops.qk_rmsnorm_out(t.q, t.weights[2], ct.EPS, "diffusers", y)
+            return [y]
+        return run_out
     if in_place:
         sources = (t.q,) if op == "multi_axis_rope_fwd" else (t.q, t.k)
         buffers = [source.clone() for source in sources]
@@ -474,8 +484,8 @@ def build_cases(op, t, threads, text_len, impls, workdir, expected, our_outputs)
 
     for impl in impls:
         if impl == "ka":
-            cases[impl] = checked(impl, ours(op, t, text_len, in_place=op in IN_PLACE_OPS))
-        elif impl == "ka_new" and op in IN_PLACE_OPS:
+            cases[impl] = checked(impl, ours(op, t, text_len, in_place=op in NO_ALLOCATION_OPS))
+        elif impl == "ka_new" and op in NO_ALLOCATION_OPS:
             cases[impl] = checked(impl, ours(op, t, text_len, in_place=False))
         elif impl in COMPILED:
             cases[impl] = ct.case_builders([impl], compile_now=True)[impl](op, t)
@@ -670,7 +680,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", nargs="+", default=OPS, choices=OPS)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--allocator", default="tuned", choices=list(ct.ALLOCATORS),
-                    help="glibc malloc setting of the process (compare_torch.ALLOCATORS)")
+                    help="allocator setting of the process (compare_torch.ALLOCATORS)")
     ap.add_argument("--json", help="write the environment, rows and output checks as JSON")
     ap.add_argument("--csv", help="write the rows as CSV")
     args = ap.parse_args(argv)
@@ -680,8 +690,9 @@ def main(argv=None) -> int:
     ct.resolve_shapes(ap, args)
 
     env = ct.allocator_env(args.allocator)
-    if os.environ.get("GLIBC_TUNABLES") != env.get("GLIBC_TUNABLES"):
-        # glibc reads its tunables at start-up: run again under them.
+    if any(os.environ.get(name) != env.get(name)
+           for name in ("GLIBC_TUNABLES", "KERNEL_ALIGN_HUGE_PAGES", "THP_MEM_ALLOC_ENABLE")):
+        # glibc (and torch, and the extension) read these at start-up: run again under them.
         argv = sys.argv[1:] if argv is None else argv
         os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
 
