@@ -3,7 +3,7 @@
 
     .venv/bin/pip install -r bench/requirements-peers.txt   # the peers (pinned there)
     .venv/bin/python bench/compare_peers.py [--quick] [--shapes ...] [--dtypes ...]
-        [--threads ...] [--ops ...] [--no-compile] [--allocator A] [--json F] [--csv F]
+        [--threads ...] [--ops ...] [--no-compile] [--allocators A ...] [--json F] [--csv F]
 
 Forward only: the peers are inference runtimes (they have no backward). The ops, with the
 shapes, inputs and tables of compare_torch.py (B = 1, H = 24, D = 128, 256 text tokens;
@@ -70,8 +70,9 @@ them (diffusers' roundings to the dtype: norm 2, RoPE 1, fused 3). One that does
 Timing: ROUNDS rounds over the implementations in turn, each compare_torch.time_ms (the
 median of repeated calls after a warm-up); a time is the median of its rounds. GB/s = the
 C++ benchmark's bytes (inputs read once, outputs written once, tables, weights) / time.
-The process runs under the tuned allocator (compare_torch.TUNED_GLIBC; it re-executes
-itself), under which compare_torch times torch.compile. Ratios are the other time / ours
+Each allocator setting of --allocators (compare_torch.ALLOCATORS; default: glibc's
+defaults and the tuned heap, compare_torch.TUNED_GLIBC) is a child process of this script,
+and a row of each table (column "allocator"). Ratios are the other time / ours
 (> 1: ours faster); ours/memcpy = memcpy time / our time (1.0: memcpy speed). Target (the
 issue's): ours ahead of each peer's fastest correct variant.
 """
@@ -599,22 +600,23 @@ def print_tables(rows, checks, header):
     print()
     shown = [i for i in IMPLS if i != "ort_alloc"]
     ratios = COMPILED + [f"{p}_{v}" for p in PEERS for v in VARIANTS]
-    print("| op | dtype | shape | threads | " + " | ".join(shown) + " | ours/memcpy | "
+    print("| op | dtype | shape | threads | allocator | " + " | ".join(shown) + " | ours/memcpy | "
           + " | ".join(f"{i}/ours" for i in ratios) + " | ahead of ORT and OV |")
-    print("|---|---|---|---:|" + "---:|" * (len(shown) + 1 + len(ratios)) + "---|")
+    print("|---|---|---|---:|---|" + "---:|" * (len(shown) + 1 + len(ratios)) + "---|")
     for r in rows:
-        print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | "
+        print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | {r['allocator']} | "
               + " | ".join(cell(r, i) for i in shown) + f" | {f(r['ours_over_memcpy'])} | "
               + " | ".join(f(r[f'{i}_over_ours']) for i in ratios) + f" | {r['verdict']} |")
     print()
     print("ONNX Runtime, contrib graph: outputs allocated by it each call (its arena) "
           "against IOBinding into our preallocated outputs:")
     print()
-    print("| op | dtype | shape | threads | IOBinding ms | allocated ms | allocated / IOBinding |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print("| op | dtype | shape | threads | allocator | IOBinding ms | allocated ms "
+          "| allocated / IOBinding |")
+    print("|---|---|---|---:|---|---:|---:|---:|")
     for r in rows:
         if r["ort_contrib_status"] == "ok" and r["ort_alloc_status"] == "ok":
-            print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | "
+            print(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['threads']} | {r['allocator']} | "
                   f"{f(r['ort_contrib_ms'])} | {f(r['ort_alloc_ms'])} | "
                   f"{f(r['ort_alloc_ms'] / r['ort_contrib_ms'])} |")
     print()
@@ -664,7 +666,7 @@ def environment(isa):
     return dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), commit=commit,
                 cpu=cpu, cores=os.cpu_count(), ka_isa=isa, torch=torch.__version__,
                 onnx=onnx.__version__, onnxruntime=onnxruntime.__version__,
-                openvino=openvino.__version__, glibc_tunables=os.environ.get("GLIBC_TUNABLES", ""))
+                openvino=openvino.__version__)
 
 
 def main(argv=None) -> int:
@@ -679,8 +681,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", nargs="+", type=int, help="default: 1 2")
     ap.add_argument("--ops", nargs="+", default=OPS, choices=OPS)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    ap.add_argument("--allocator", default="tuned", choices=list(ct.ALLOCATORS),
-                    help="allocator setting of the process (compare_torch.ALLOCATORS)")
+    ap.add_argument("--allocators", nargs="+", default=ct.DEFAULT_ALLOCATORS,
+                    choices=list(ct.ALLOCATORS),
+                    help="allocator settings (compare_torch.ALLOCATORS), a child process "
+                         "each and a row each (default: default tuned)")
+    ap.add_argument("--child-json", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the environment, rows and output checks as JSON")
     ap.add_argument("--csv", help="write the rows as CSV")
     args = ap.parse_args(argv)
@@ -689,16 +694,35 @@ def main(argv=None) -> int:
             setattr(args, name, value)
     ct.resolve_shapes(ap, args)
 
-    env = ct.allocator_env(args.allocator)
-    if any(os.environ.get(name) != env.get(name)
-           for name in ("GLIBC_TUNABLES", "KERNEL_ALIGN_HUGE_PAGES", "THP_MEM_ALLOC_ENABLE")):
-        # glibc (and torch, and the extension) read these at start-up: run again under them.
-        argv = sys.argv[1:] if argv is None else argv
-        os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
+    if args.child_json:  # one allocator setting, in the environment the parent set up
+        rows, checks, isa = measure(args)
+        for row in rows:
+            row["allocator"] = args.allocators[0]
+        with open(args.child_json, "w") as fh:
+            json.dump(dict(rows=rows, checks=checks, isa=isa), fh)
+        return 0
 
+    # glibc (and torch, and the extension) read their settings at start-up: a child
+    # process per allocator setting, its rows side by side.
+    argv = sys.argv[1:] if argv is None else list(argv)
     load_before = os.getloadavg()[0]  # the machine is shared: how busy it was
-    rows, checks, isa = measure(args)
-    info = dict(environment(isa), load_average=f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}")
+    rows, checks, isa = [], [], None
+    with tempfile.TemporaryDirectory(prefix="ka-peers-alloc-") as tmp:
+        for alloc in args.allocators:
+            out = os.path.join(tmp, f"{alloc}.json")
+            print(f"compare_peers: allocator {alloc} ({ct.ALLOCATORS[alloc] or 'as is'})",
+                  file=sys.stderr, flush=True)
+            # argparse keeps the last --allocators given: this child's.
+            subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv,
+                            "--allocators", alloc, "--child-json", out],
+                           env=ct.allocator_env(alloc), check=True)
+            with open(out) as fh:
+                child = json.load(fh)
+            rows += child["rows"]
+            checks += child["checks"]
+            isa = isa or child["isa"]
+    info = dict(environment(isa), allocators=" ".join(args.allocators),
+                load_average=f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}")
     print_tables(rows, checks, "Environment: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     if args.json:
         with open(args.json, "w") as fh:

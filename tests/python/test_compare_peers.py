@@ -60,7 +60,8 @@ def test_peers_match_the_formulas_or_say_why_not(op, dtype, generator, tmp_path)
             assert checks[impl]["ok"] and checks[impl]["tolerance_units"] <= cp.ROUNDINGS[op]
     # Our functional op is the contract's bytes, so it is 0 ulps from itself; in place the same.
     assert checks["ka"]["max_ulp_vs_ka"] == 0
-    assert (op == "qk_rmsnorm_fwd") == ("ka_new" not in built)
+    # Every op has a variant that allocates nothing per call (in place, or out=).
+    assert "ka_new" in built
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
