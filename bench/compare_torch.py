@@ -546,7 +546,24 @@ def allocator_env(alloc) -> dict:
 
 
 def time_torch(args) -> list:
-    """Every torch-side timing, one child process per allocator setting."""
+    """Every torch-side timing, one child process per allocator setting, --process-rounds
+    times in turn (default, tuned, default, tuned, ...); a timing is the median of its
+    rounds (ms_rounds keeps them): a process's timings move together with the machine's
+    load, so a ratio between two settings needs several of each, interleaved."""
+    results = []
+    for _ in range(args.process_rounds):
+        results += time_torch_round(args)
+    rows = {}
+    for r in results:
+        key = (r["op"], r["dtype"], r["shape"], r["threads"], r["impl"], r["allocator"])
+        rows.setdefault(key, dict(r, ms_rounds=[]))["ms_rounds"].append(r["ms"])
+    for row in rows.values():
+        row["ms"] = statistics.median(row["ms_rounds"])
+    return list(rows.values())
+
+
+def time_torch_round(args) -> list:
+    """One child process per allocator setting, each timing every case once."""
     rows = []
     for alloc in args.allocators:
         env = allocator_env(alloc)
@@ -741,6 +758,9 @@ def main(argv=None) -> int:
     ap.add_argument("--allocators", nargs="+", default=DEFAULT_ALLOCATORS, choices=list(ALLOCATORS),
                     help="allocator settings, a child process each (ALLOCATORS; default: "
                          "default tuned)")
+    ap.add_argument("--process-rounds", type=int, default=1,
+                    help="child processes per allocator setting, run in turn; each timing "
+                         "the median of its rounds (default 1)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--compile-shapes", nargs="+",
                     help="shapes to compile (default: all of --shapes); compiling is slow")
@@ -764,6 +784,8 @@ def main(argv=None) -> int:
         if getattr(args, name) is None:
             setattr(args, name, value)
     resolve_shapes(ap, args, ("shapes", "compile_shapes"))
+    if args.process_rounds < 1:
+        ap.error(f"argument --process-rounds: expected 1 or more, found {args.process_rounds}")
 
     if args.child_out:
         return child(args)
