@@ -75,6 +75,24 @@ def check_cli(expected_version: str) -> None:
           f"the wheel's kernel-align command reports {expected_version}: {version.stdout.strip()}"
           f"{version.stderr.strip()}")
 
+    # What the executable loads (the loader's trace, as ldd prints it): the MPFR bundled in
+    # the wheel (the RPATH auditwheel gave it) and torch's CUDA runtime from the nvidia
+    # wheels beside it (its own RPATH, python/CMakeLists.txt), never a system copy.
+    loaded = subprocess.run([str(Path(ka.__file__).parent / "bin" / "kernel-align")],
+                            capture_output=True, text=True,
+                            env=dict(env, LD_TRACE_LOADED_OBJECTS="1"))
+    libs = {line.split()[0]: Path(line.split("=>")[1].split("(")[0].strip()).resolve()
+            for line in loaded.stdout.splitlines() if "=>" in line}
+    mpfr = [path for name, path in libs.items() if name.startswith("libmpfr")]
+    check(len(mpfr) == 1 and mpfr[0].parent.name == "kernel_align.libs",
+          f"the executable loads the wheel's bundled MPFR: {mpfr}")
+    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    runtimes = sorted(site.glob("nvidia/*/lib/libcudart.so.*"))
+    if runtimes:
+        cudart = [path for name, path in libs.items() if name.startswith("libcudart")]
+        check(len(cudart) == 1 and cudart[0].parent == runtimes[0].resolve().parent,
+              f"the executable loads torch's CUDA runtime from {runtimes[0].parent}: {cudart}")
+
     x = torch.randn(1, 4, 2, 128, generator=torch.Generator().manual_seed(1))
     cos, sin = ka.rope_tables(ka.qwen_image_positions(2, 1, 2), (16, 56, 56))
     traces = []
