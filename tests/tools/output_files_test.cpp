@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -81,6 +82,31 @@ class OutputFiles : public ::testing::Test {
       EXPECT_EQ(e.argument(), flag) << e.what();
       EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
     }
+  }
+
+  // expect_refused in a forked child, once `prepare` (a per-process limit, dropping
+  // root) has returned true: the child's exit status is 0 for an Error naming `flag`
+  // whose message holds `reason`, 1 for another Error, 2 for none, 3 when `prepare` failed.
+  static void expect_refused_in_child(const std::function<bool()>& prepare,
+                                      const std::vector<OutputFile>& files, const std::string& flag,
+                                      const std::string& reason) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      if (!prepare()) std::_Exit(3);
+      try {
+        write_outputs(files);
+      } catch (const Error& e) {
+        std::_Exit(e.argument() == flag && std::string(e.what()).find(reason) != std::string::npos
+                       ? 0
+                       : 1);
+      }
+      std::_Exit(2);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: wrong error, 2: no error, 3: could not prepare";
   }
 
   // A character device node like /dev/null (1, 3) or /dev/full (1, 7) in our own
@@ -212,27 +238,15 @@ TEST_F(OutputFiles, DeviceNodesAreWrittenThroughAndAFullDeviceIsAnError) {
 // limit is per process.
 TEST_F(OutputFiles, AFailedWriteLeavesTheOldFileAndNoTemporary) {
   std::ofstream(path("y.npy")) << "old contents";
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::signal(SIGXFSZ, SIG_IGN);  // the write then fails with EFBIG
-    const rlimit limit{4096, 4096};
-    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) std::_Exit(3);
-    try {
-      write_outputs({{"--dx", path("dx.npy"), bytes_of("small")},
-                     {"--out", path("y.npy"), std::vector<std::byte>(1 << 16)}});
-    } catch (const Error& e) {
-      std::_Exit(e.argument() == "--out" &&
-                         std::string(e.what()).find(std::strerror(EFBIG)) != std::string::npos
-                     ? 0
-                     : 1);
-    }
-    std::_Exit(2);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: wrong error, 2: no error, 3: no limit";
+  expect_refused_in_child(
+      [] {
+        std::signal(SIGXFSZ, SIG_IGN);  // the write then fails with EFBIG
+        const rlimit limit{4096, 4096};
+        return ::setrlimit(RLIMIT_FSIZE, &limit) == 0;
+      },
+      {{"--dx", path("dx.npy"), bytes_of("small")},
+       {"--out", path("y.npy"), std::vector<std::byte>(1 << 16)}},
+      "--out", std::strerror(EFBIG));
   EXPECT_EQ(slurp(path("y.npy")), "old contents");
   EXPECT_EQ(entries(), std::vector<std::string>{"y.npy"});
 }
@@ -340,25 +354,10 @@ TEST_F(OutputFiles, AnotherUsersFileInAStickyDirectoryRefusesTheOthersToo) {
   ASSERT_EQ(::chown(path("sticky/sin.npy").c_str(), kOther, kOther), 0) << std::strerror(errno);
   fs::permissions(path("sticky/sin.npy"), fs::perms::all & ~fs::perms::owner_exec &
                                               ~fs::perms::group_exec & ~fs::perms::others_exec);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) std::_Exit(3);
-    try {
-      write_outputs({{"--cos", path("sticky/cos.npy"), bytes_of("new cos")},
-                     {"--sin", path("sticky/sin.npy"), bytes_of("new sin")}});
-    } catch (const Error& e) {
-      std::_Exit(e.argument() == "--sin" &&
-                         std::string(e.what()).find("sticky directory") != std::string::npos
-                     ? 0
-                     : 1);
-    }
-    std::_Exit(2);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: wrong error, 2: no error, 3: could not drop root";
+  expect_refused_in_child([] { return ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0; },
+                          {{"--cos", path("sticky/cos.npy"), bytes_of("new cos")},
+                           {"--sin", path("sticky/sin.npy"), bytes_of("new sin")}},
+                          "--sin", "sticky directory");
   EXPECT_FALSE(fs::exists(path("sticky/cos.npy"))) << "--cos was replaced";
   EXPECT_EQ(slurp(path("sticky/sin.npy")), "old sin");
   EXPECT_EQ(std::distance(fs::directory_iterator(path("sticky")), {}), 1);
