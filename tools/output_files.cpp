@@ -422,8 +422,7 @@ void check_not_the_trace(const Args& args) {
   if (trace.empty() || ::stat(trace.c_str(), &traced) != 0) return;
   for (const auto& [flag, path] : args.file_paths()) {
     struct stat file {};
-    if (::stat(path.c_str(), &file) == 0 && S_ISREG(file.st_mode) && file.st_dev == traced.st_dev &&
-        file.st_ino == traced.st_ino) {
+    if (::stat(path.c_str(), &file) == 0 && S_ISREG(file.st_mode) && same_file(file, traced)) {
       throw Error(flag, "a file other than the trace file " + single_quoted(trace),
                   single_quoted(path) + ", which is that file");
     }
