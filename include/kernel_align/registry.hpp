@@ -18,15 +18,30 @@
 #include <vector>
 
 #include "kernel_align/device.hpp"
+#include "kernel_align/op_list.hpp"
 
 namespace kernel_align {
 
-// The ops of ops.hpp (qk_rmsnorm, multi_axis_rope, qk_norm_rope) and their two
-// directions: the registry's keys, with the platform.
-enum class OpType : unsigned char { QkRmsNorm, MultiAxisRope, QkNormRope };
+// The ops of ops.hpp (op_list.hpp lists them) and their two directions: the registry's
+// keys, with the platform.
+enum class OpType : unsigned char {
+#define KERNEL_ALIGN_OP_ENUMERATOR(op, name) op,
+  KERNEL_ALIGN_OPS(KERNEL_ALIGN_OP_ENUMERATOR)
+#undef KERNEL_ALIGN_OP_ENUMERATOR
+};
 enum class Direction : unsigned char { Forward, Backward };
 
-// "qk_rmsnorm", "multi_axis_rope", "qk_norm_rope"; "forward", "backward" (trace records).
+// Every op, in enum order, and both directions.
+inline constexpr OpType kOpTypes[] = {
+#define KERNEL_ALIGN_OP_ITEM(op, name) OpType::op,
+    KERNEL_ALIGN_OPS(KERNEL_ALIGN_OP_ITEM)
+#undef KERNEL_ALIGN_OP_ITEM
+};
+inline constexpr int kOpCount = static_cast<int>(sizeof kOpTypes / sizeof kOpTypes[0]);
+inline constexpr Direction kDirections[] = {Direction::Forward, Direction::Backward};
+
+// The op's name ("qk_rmsnorm", as op_list.hpp spells it); "forward", "backward" (trace
+// records).
 const char* op_type_name(OpType op);
 const char* direction_name(Direction d);
 

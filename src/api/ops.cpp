@@ -17,15 +17,15 @@
 namespace kernel_align {
 namespace {
 
-using registry::BackendOps;
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
-// Chooses the backend from the call's record, runs its `entry` on the call's problem
-// (inside the contract's floating-point environment), traces the call from the record
-// and reports it (last_call), timed from `entered`, when the public function was entered.
-template <class Problem, class Entry>
-void run(Clock::time_point entered, const detail::Call<Problem>& call, Entry BackendOps::*entry,
+// Chooses the backend from the call's record, runs its (op, direction) kernel on the
+// call's problem (inside the contract's floating-point environment), traces the call from
+// the record and reports it (last_call), timed from `entered`, when the public function
+// was entered.
+template <OpType op, Direction direction>
+void run(Clock::time_point entered, const detail::Call<detail::Problem<op, direction>>& call,
          const ExecutionContext& context) {
   const registry::Choice choice = registry::choose(call.record);
   registry::Execution exec;
@@ -38,7 +38,7 @@ void run(Clock::time_point entered, const detail::Call<Problem>& call, Entry Bac
     const detail::ContractFloatEnvironment env;
     float_state = trace::read_float_state();
     const auto start = Clock::now();
-    (choice.backend->ops.*entry)(call.problem, exec);
+    choice.backend->kernels.get<op, direction>()(call.problem, exec);
     backend_time = Clock::now() - start;
   }
   if (exec.traced) trace::write(call.record, choice, exec, float_state);
@@ -53,8 +53,8 @@ void qk_rmsnorm_forward(const ConstTensorView& x, const std::optional<ConstTenso
                         const TensorView& y, const RmsNormOptions& options,
                         const ExecutionContext& context) {
   const auto entered = Clock::now();
-  run(entered, detail::rmsnorm_forward_call(x, weight, y, options), &BackendOps::rmsnorm_forward,
-      context);
+  run<OpType::QkRmsNorm, Direction::Forward>(
+      entered, detail::rmsnorm_forward_call(x, weight, y, options), context);
 }
 
 void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
@@ -62,24 +62,24 @@ void qk_rmsnorm_backward(const ConstTensorView& x, const ConstTensorView& dy,
                          const std::optional<TensorView>& dw, const RmsNormOptions& options,
                          const ExecutionContext& context) {
   const auto entered = Clock::now();
-  run(entered, detail::rmsnorm_backward_call(x, dy, weight, dx, dw, options),
-      &BackendOps::rmsnorm_backward, context);
+  run<OpType::QkRmsNorm, Direction::Backward>(
+      entered, detail::rmsnorm_backward_call(x, dy, weight, dx, dw, options), context);
 }
 
 void multi_axis_rope_forward(const ConstTensorView& x, const ConstTensorView& cos,
                              const ConstTensorView& sin, const TensorView& y,
                              const RopeOptions& options, const ExecutionContext& context) {
   const auto entered = Clock::now();
-  run(entered, detail::rope_call(Direction::Forward, x, cos, sin, y, options), &BackendOps::rope,
-      context);
+  run<OpType::MultiAxisRope, Direction::Forward>(
+      entered, detail::rope_call(Direction::Forward, x, cos, sin, y, options), context);
 }
 
 void multi_axis_rope_backward(const ConstTensorView& dy, const ConstTensorView& cos,
                               const ConstTensorView& sin, const TensorView& dx,
                               const RopeOptions& options, const ExecutionContext& context) {
   const auto entered = Clock::now();
-  run(entered, detail::rope_call(Direction::Backward, dy, cos, sin, dx, options), &BackendOps::rope,
-      context);
+  run<OpType::MultiAxisRope, Direction::Backward>(
+      entered, detail::rope_call(Direction::Backward, dy, cos, sin, dx, options), context);
 }
 
 void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
@@ -88,8 +88,9 @@ void qk_norm_rope_forward(const ConstTensorView& q, const ConstTensorView& k,
                           const TensorView& k_out, const QkNormRopeOptions& options,
                           const ExecutionContext& context) {
   const auto entered = Clock::now();
-  run(entered, detail::qk_norm_rope_forward_call(q, k, weights, cos, sin, q_out, k_out, options),
-      &BackendOps::qk_norm_rope_forward, context);
+  run<OpType::QkNormRope, Direction::Forward>(
+      entered, detail::qk_norm_rope_forward_call(q, k, weights, cos, sin, q_out, k_out, options),
+      context);
 }
 
 void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
@@ -99,10 +100,11 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
                            const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options,
                            const ExecutionContext& context) {
   const auto entered = Clock::now();
-  run(entered,
+  run<OpType::QkNormRope, Direction::Backward>(
+      entered,
       detail::qk_norm_rope_backward_call(q, k, dq_out, dk_out, weights, cos, sin, dq, dk,
                                          weight_grads, options),
-      &BackendOps::qk_norm_rope_backward, context);
+      context);
 }
 
 float fp32_option(const std::string& argument, double value) {

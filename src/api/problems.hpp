@@ -10,6 +10,7 @@
 
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
+#include "kernel_align/registry.hpp"  // OpType, Direction
 
 namespace kernel_align::detail {
 
@@ -185,5 +186,24 @@ KA_HD inline std::int64_t row_sequence_index(std::int64_t r, std::int64_t dim1, 
                                              Layout layout) {
   return layout == Layout::BSHD ? (r / dim2) % dim1 : r % dim2;
 }
+
+// The problem each (op, direction) kernel takes: Problem<OpType::QkRmsNorm,
+// Direction::Forward> is RmsNormForwardProblem. The registry's kernel slots are typed by it.
+template <OpType op, Direction d>
+struct ProblemOf;
+#define KERNEL_ALIGN_PROBLEM(op, direction, problem) \
+  template <>                                        \
+  struct ProblemOf<OpType::op, Direction::direction> { \
+    using type = problem;                            \
+  };
+KERNEL_ALIGN_PROBLEM(QkRmsNorm, Forward, RmsNormForwardProblem)
+KERNEL_ALIGN_PROBLEM(QkRmsNorm, Backward, RmsNormBackwardProblem)
+KERNEL_ALIGN_PROBLEM(MultiAxisRope, Forward, RopeProblem)
+KERNEL_ALIGN_PROBLEM(MultiAxisRope, Backward, RopeProblem)
+KERNEL_ALIGN_PROBLEM(QkNormRope, Forward, QkNormRopeForwardProblem)
+KERNEL_ALIGN_PROBLEM(QkNormRope, Backward, QkNormRopeBackwardProblem)
+#undef KERNEL_ALIGN_PROBLEM
+template <OpType op, Direction d>
+using Problem = typename ProblemOf<op, d>::type;
 
 }  // namespace kernel_align::detail

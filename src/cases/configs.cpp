@@ -29,8 +29,8 @@ std::string config_words(const Config& c) {
 std::vector<Config> all_configs() {
   std::vector<Config> configs;
   std::size_t row = 0;
-  for (const OpType op : kAllOpTypes) {
-    for (const Direction direction : kAllDirections) {
+  for (const OpType op : kOpTypes) {
+    for (const Direction direction : kDirections) {
       for (const DType dtype : kAllDTypes) {
         for (const auto& pairing : pairings_of(op)) {
           for (const auto& mode : norm_modes_of(op)) {

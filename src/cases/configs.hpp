@@ -20,9 +20,6 @@ std::vector<std::optional<Pairing>> pairings_of(OpType op);
 // The layouts of an op: none (one nullopt) for qk_rmsnorm.
 std::vector<std::optional<Layout>> layouts_of(OpType op);
 
-inline constexpr OpType kAllOpTypes[] = {OpType::QkRmsNorm, OpType::MultiAxisRope,
-                                         OpType::QkNormRope};
-inline constexpr Direction kAllDirections[] = {Direction::Forward, Direction::Backward};
 inline constexpr DType kAllDTypes[] = {DType::F32, DType::BF16, DType::F16};
 
 // One configuration of an op; pairing, mode and layout are set where the op has them.
@@ -39,8 +36,8 @@ struct Config {
 // "qk_norm_rope backward bf16 half diffusers bhsd"
 std::string config_words(const Config& c);
 
-// Every configuration, grouped by (op, direction, dtype) in the order of kAllOpTypes,
-// kAllDirections and kAllDTypes; within a group pairing, then mode, then layout.
+// Every configuration, grouped by (op, direction, dtype) in the order of kOpTypes,
+// kDirections and kAllDTypes; within a group pairing, then mode, then layout.
 std::vector<Config> all_configs();
 
 }  // namespace kernel_align::cases

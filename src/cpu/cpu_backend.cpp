@@ -137,4 +137,15 @@ void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry:
   detail::zero_empty_stream_grads_on_host(p);
 }
 
+registry::Kernels simd_kernels() {
+  registry::Kernels k;
+  k.set<OpType::QkRmsNorm, Direction::Forward>(qk_rmsnorm_forward);
+  k.set<OpType::QkRmsNorm, Direction::Backward>(qk_rmsnorm_backward);
+  k.set<OpType::MultiAxisRope, Direction::Forward>(multi_axis_rope);
+  k.set<OpType::MultiAxisRope, Direction::Backward>(multi_axis_rope);
+  k.set<OpType::QkNormRope, Direction::Forward>(qk_norm_rope_forward);
+  k.set<OpType::QkNormRope, Direction::Backward>(qk_norm_rope_backward);
+  return k;
+}
+
 }  // namespace kernel_align::cpu

@@ -16,4 +16,7 @@ void multi_axis_rope(const detail::RopeProblem& p, registry::Execution& exec);
 void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, registry::Execution& exec);
 void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry::Execution& exec);
 
+// The backend's kernels, keyed by (op, direction), as the registry holds them.
+registry::Kernels simd_kernels();
+
 }  // namespace kernel_align::cpu

@@ -262,19 +262,36 @@ std::string host_fallback_unavailable() {
   return no_device();
 }
 
-registry::BackendOps host_ops() {
-  registry::BackendOps ops;
-  ops.rmsnorm_forward =
-      on_host_copies<detail::RmsNormForwardProblem, reference::qk_rmsnorm_forward>;
-  ops.rmsnorm_backward =
-      on_host_copies<detail::RmsNormBackwardProblem, reference::qk_rmsnorm_backward>;
-  ops.rope = on_host_copies<detail::RopeProblem, reference::multi_axis_rope>;
-  ops.qk_norm_rope_forward =
-      on_host_copies<detail::QkNormRopeForwardProblem, reference_fused_forward>;
-  ops.qk_norm_rope_backward =
-      on_host_copies<detail::QkNormRopeBackwardProblem, reference_fused_backward>;
-  ops.batch_digests = device_digests;
-  return ops;
+registry::Kernels host_kernels() {
+  registry::Kernels k;
+  k.set<OpType::QkRmsNorm, Direction::Forward>(
+      on_host_copies<detail::RmsNormForwardProblem, reference::qk_rmsnorm_forward>);
+  k.set<OpType::QkRmsNorm, Direction::Backward>(
+      on_host_copies<detail::RmsNormBackwardProblem, reference::qk_rmsnorm_backward>);
+  k.set<OpType::MultiAxisRope, Direction::Forward>(
+      on_host_copies<detail::RopeProblem, reference::multi_axis_rope>);
+  k.set<OpType::MultiAxisRope, Direction::Backward>(
+      on_host_copies<detail::RopeProblem, reference::multi_axis_rope>);
+  k.set<OpType::QkNormRope, Direction::Forward>(
+      on_host_copies<detail::QkNormRopeForwardProblem, reference_fused_forward>);
+  k.set<OpType::QkNormRope, Direction::Backward>(
+      on_host_copies<detail::QkNormRopeBackwardProblem, reference_fused_backward>);
+  return k;
+}
+
+registry::Kernels device_kernels() {
+  registry::Kernels k;
+  k.set<OpType::QkRmsNorm, Direction::Forward>(
+      on_device<detail::RmsNormForwardProblem, plan::rmsnorm_forward>);
+  k.set<OpType::QkRmsNorm, Direction::Backward>(
+      on_device<detail::RmsNormBackwardProblem, plan::rmsnorm_backward>);
+  k.set<OpType::MultiAxisRope, Direction::Forward>(on_device<detail::RopeProblem, plan::rope>);
+  k.set<OpType::MultiAxisRope, Direction::Backward>(on_device<detail::RopeProblem, plan::rope>);
+  k.set<OpType::QkNormRope, Direction::Forward>(
+      on_device<detail::QkNormRopeForwardProblem, plan::qk_norm_rope_forward>);
+  k.set<OpType::QkNormRope, Direction::Backward>(
+      on_device<detail::QkNormRopeBackwardProblem, plan::qk_norm_rope_backward>);
+  return k;
 }
 
 }  // namespace
@@ -287,14 +304,8 @@ std::vector<registry::Backend> cuda_backends() {
   device.unavailable_reason = device_unavailable;
   device.isa_paths = [] { return std::string("sm_80, sm_90 (fast: D = 128; generic: any D)"); };
   device.fingerprint = fingerprints::kCuda;
-  device.ops.rmsnorm_forward = on_device<detail::RmsNormForwardProblem, plan::rmsnorm_forward>;
-  device.ops.rmsnorm_backward = on_device<detail::RmsNormBackwardProblem, plan::rmsnorm_backward>;
-  device.ops.rope = on_device<detail::RopeProblem, plan::rope>;
-  device.ops.qk_norm_rope_forward =
-      on_device<detail::QkNormRopeForwardProblem, plan::qk_norm_rope_forward>;
-  device.ops.qk_norm_rope_backward =
-      on_device<detail::QkNormRopeBackwardProblem, plan::qk_norm_rope_backward>;
-  device.ops.batch_digests = device_digests;
+  device.kernels = device_kernels();
+  device.batch_digests = device_digests;
 
   registry::Backend host;
   host.name = "cuda-host";
@@ -303,7 +314,8 @@ std::vector<registry::Backend> cuda_backends() {
   host.unavailable_reason = host_fallback_unavailable;
   host.isa_paths = [] { return std::string("scalar, on host copies"); };
   host.fingerprint = fingerprints::kReference;
-  host.ops = host_ops();
+  host.kernels = host_kernels();
+  host.batch_digests = device_digests;
   return {device, host};
 }
 

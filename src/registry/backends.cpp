@@ -40,44 +40,41 @@ void record_scalar(Execution& exec, std::initializer_list<std::int64_t> pass_row
   }
 }
 
-BackendOps reference_ops() {
-  BackendOps ops;
-  ops.rmsnorm_forward = [](const detail::RmsNormForwardProblem& p, Execution& exec) {
-    record_scalar(exec, {detail::row_count(p.x)});
-    reference::qk_rmsnorm_forward(p);
-  };
-  ops.rmsnorm_backward = [](const detail::RmsNormBackwardProblem& p, Execution& exec) {
-    record_scalar(exec, {detail::row_count(p.x)});
-    reference::qk_rmsnorm_backward(p);
-  };
-  ops.rope = [](const detail::RopeProblem& p, Execution& exec) {
+// Each backend's kernels, keyed by (op, direction).
+Kernels reference_kernels() {
+  Kernels k;
+  k.set<OpType::QkRmsNorm, Direction::Forward>(
+      [](const detail::RmsNormForwardProblem& p, Execution& exec) {
+        record_scalar(exec, {detail::row_count(p.x)});
+        reference::qk_rmsnorm_forward(p);
+      });
+  k.set<OpType::QkRmsNorm, Direction::Backward>(
+      [](const detail::RmsNormBackwardProblem& p, Execution& exec) {
+        record_scalar(exec, {detail::row_count(p.x)});
+        reference::qk_rmsnorm_backward(p);
+      });
+  const auto rope = [](const detail::RopeProblem& p, Execution& exec) {
     record_scalar(exec, {detail::row_count(p.in)});
     reference::multi_axis_rope(p);
   };
-  ops.qk_norm_rope_forward = [](const detail::QkNormRopeForwardProblem& p, Execution& exec) {
-    for (const auto& stream : p.streams) {
-      record_scalar(exec, {detail::row_count(stream.x)});
-      reference::norm_rope_forward(stream);
-    }
-  };
-  ops.qk_norm_rope_backward = [](const detail::QkNormRopeBackwardProblem& p, Execution& exec) {
-    for (const auto& stream : p.streams) {
-      record_scalar(exec, {detail::row_count(stream.x)});
-      reference::norm_rope_backward(stream);
-    }
-    detail::zero_empty_stream_grads_on_host(p);
-  };
-  return ops;
-}
-
-BackendOps simd_ops() {
-  BackendOps ops;
-  ops.rmsnorm_forward = cpu::qk_rmsnorm_forward;
-  ops.rmsnorm_backward = cpu::qk_rmsnorm_backward;
-  ops.rope = cpu::multi_axis_rope;
-  ops.qk_norm_rope_forward = cpu::qk_norm_rope_forward;
-  ops.qk_norm_rope_backward = cpu::qk_norm_rope_backward;
-  return ops;
+  k.set<OpType::MultiAxisRope, Direction::Forward>(rope);
+  k.set<OpType::MultiAxisRope, Direction::Backward>(rope);
+  k.set<OpType::QkNormRope, Direction::Forward>(
+      [](const detail::QkNormRopeForwardProblem& p, Execution& exec) {
+        for (const auto& stream : p.streams) {
+          record_scalar(exec, {detail::row_count(stream.x)});
+          reference::norm_rope_forward(stream);
+        }
+      });
+  k.set<OpType::QkNormRope, Direction::Backward>(
+      [](const detail::QkNormRopeBackwardProblem& p, Execution& exec) {
+        for (const auto& stream : p.streams) {
+          record_scalar(exec, {detail::row_count(stream.x)});
+          reference::norm_rope_backward(stream);
+        }
+        detail::zero_empty_stream_grads_on_host(p);
+      });
+  return k;
 }
 
 }  // namespace
@@ -90,7 +87,7 @@ std::vector<Backend> builtin_backends() {
   simd.unavailable_reason = always_available;  // the portable path runs on any CPU
   simd.isa_paths = simd_paths;
   simd.fingerprint = fingerprints::kSimd;
-  simd.ops = simd_ops();
+  simd.kernels = cpu::simd_kernels();
 
   Backend reference;
   reference.name = "reference";
@@ -99,7 +96,7 @@ std::vector<Backend> builtin_backends() {
   reference.unavailable_reason = always_available;
   reference.isa_paths = scalar_path;
   reference.fingerprint = fingerprints::kReference;
-  reference.ops = reference_ops();
+  reference.kernels = reference_kernels();
 
   std::vector<Backend> backends{simd, reference};
 #if KERNEL_ALIGN_HAS_CUDA

@@ -209,17 +209,7 @@ std::string describe(const Capabilities& caps) {
 }
 
 bool implements(const Backend& b, OpType op, Direction direction) {
-  const bool forward = direction == Direction::Forward;
-  switch (op) {
-    case OpType::QkRmsNorm:
-      return forward ? b.ops.rmsnorm_forward != nullptr : b.ops.rmsnorm_backward != nullptr;
-    case OpType::MultiAxisRope:
-      return b.ops.rope != nullptr;
-    case OpType::QkNormRope:
-      return forward ? b.ops.qk_norm_rope_forward != nullptr
-                     : b.ops.qk_norm_rope_backward != nullptr;
-  }
-  return false;
+  return b.kernels.has(op, direction);
 }
 
 BackendList candidates(Platform platform, OpType op, Direction direction) {
@@ -326,12 +316,11 @@ void set_last_call(CallReport report) {
 
 const char* op_type_name(OpType op) {
   switch (op) {
-    case OpType::QkRmsNorm:
-      return "qk_rmsnorm";
-    case OpType::MultiAxisRope:
-      return "multi_axis_rope";
-    case OpType::QkNormRope:
-      return "qk_norm_rope";
+#define KERNEL_ALIGN_OP_NAME(op, name) \
+  case OpType::op:                     \
+    return #name;
+    KERNEL_ALIGN_OPS(KERNEL_ALIGN_OP_NAME)
+#undef KERNEL_ALIGN_OP_NAME
   }
   return "?";
 }
@@ -400,7 +389,7 @@ std::vector<RegistryRow> registry_table() {
   std::vector<RegistryRow> rows;
   for (const Platform platform :
        {Platform::Cpu, Platform::Cuda, Platform::Rocm, Platform::Musa, Platform::Npu}) {
-    for (const OpType op : {OpType::QkRmsNorm, OpType::MultiAxisRope, OpType::QkNormRope}) {
+    for (const OpType op : kOpTypes) {
       RegistryRow row{platform, op, {}};
       for (const registry::Backend* b :
            registry::candidates_locked(s, platform, op, Direction::Forward)) {

@@ -67,18 +67,34 @@ struct Execution {
   std::optional<double> device_milliseconds;
 };
 
-// A backend's entry points; null where it does not implement the op.
-struct BackendOps {
-  void (*rmsnorm_forward)(const detail::RmsNormForwardProblem&, Execution&) = nullptr;
-  void (*rmsnorm_backward)(const detail::RmsNormBackwardProblem&, Execution&) = nullptr;
-  void (*rope)(const detail::RopeProblem&, Execution&) = nullptr;  // both directions
-  void (*qk_norm_rope_forward)(const detail::QkNormRopeForwardProblem&, Execution&) = nullptr;
-  void (*qk_norm_rope_backward)(const detail::QkNormRopeBackwardProblem&, Execution&) = nullptr;
-  // digest-v1 of each batch element of an output (trace/digest.hpp's batch_digests),
-  // computed where the tensor lives; null: the tensor is in host memory and the trace
-  // digests it there.
-  std::vector<std::uint64_t> (*batch_digests)(const ConstTensorView&, const Execution&) = nullptr;
+// A backend's kernels, keyed by (op, direction): each takes that kernel's problem
+// (detail::ProblemOf, api/problems.hpp). An empty slot: the backend does not implement it.
+template <OpType op, Direction d>
+using KernelFn = void (*)(const detail::Problem<op, d>&, Execution&);
+
+class Kernels {
+ public:
+  template <OpType op, Direction d>
+  void set(KernelFn<op, d> kernel) {
+    // Stored type-erased, read back as the same type by get<op, d>().
+    slots_[slot(op, d)] = reinterpret_cast<void (*)()>(kernel);
+  }
+  template <OpType op, Direction d>
+  KernelFn<op, d> get() const {
+    return reinterpret_cast<KernelFn<op, d>>(slots_[slot(op, d)]);
+  }
+  bool has(OpType op, Direction d) const { return slots_[slot(op, d)] != nullptr; }
+
+ private:
+  static constexpr int slot(OpType op, Direction d) {
+    return 2 * static_cast<int>(op) + static_cast<int>(d);
+  }
+  std::array<void (*)(), 2 * kOpCount> slots_{};
 };
+
+// digest-v1 of each batch element of an output (trace/digest.hpp's batch_digests),
+// computed where the tensor lives.
+using BatchDigestsFn = std::vector<std::uint64_t> (*)(const ConstTensorView&, const Execution&);
 
 struct Backend {
   std::string name;
@@ -89,7 +105,9 @@ struct Backend {
   std::string (*unavailable_reason)() = nullptr;
   std::string (*isa_paths)() = nullptr;
   std::string fingerprint;
-  BackendOps ops;
+  Kernels kernels;
+  // Null: the backend's tensors are in host memory and the trace digests them there.
+  BatchDigestsFn batch_digests = nullptr;
 };
 
 // Whether `b` implements (op, direction).

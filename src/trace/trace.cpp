@@ -308,8 +308,8 @@ std::string record_body(const kernel_align::detail::CallRecord& call,
   // Digests are taken where the tensor lives: a device backend digests on the device, so
   // tracing never copies an output back.
   const auto digests_of = [&](const ConstTensorView& v) {
-    if (choice.backend->ops.batch_digests != nullptr) {
-      return choice.backend->ops.batch_digests(v, exec);
+    if (choice.backend->batch_digests != nullptr) {
+      return choice.backend->batch_digests(v, exec);
     }
     if (v.device != Device::cpu()) {
       throw std::logic_error("backend " + choice.backend->name + " gives no digests of " +

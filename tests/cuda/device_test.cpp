@@ -101,16 +101,21 @@ class DeviceMirror {
   std::deque<Copy> copies_;
 };
 
-template <class Problem, class Entry>
-void on_device_copies(const Problem& p, registry::Execution& exec,
-                      Entry registry::BackendOps::*entry) {
+template <OpType op, Direction direction>
+void on_device_copies(const detail::Problem<op, direction>& p, registry::Execution& exec) {
   DeviceMirror mirror;
   registry::Execution device_exec;
   device_exec.device = Device::cuda(0);
-  (cuda_backend().ops.*entry)(cuda::rebased(p, mirror), device_exec);
+  cuda_backend().kernels.get<op, direction>()(cuda::rebased(p, mirror), device_exec);
   mirror.write_back();
   exec.isa = device_exec.isa;
   exec.launches = device_exec.launches;
+}
+
+template <OpType op>
+void for_each_kernel(registry::Backend& b) {
+  b.kernels.set<op, Direction::Forward>(on_device_copies<op, Direction::Forward>);
+  b.kernels.set<op, Direction::Backward>(on_device_copies<op, Direction::Backward>);
 }
 
 registry::Backend device_copies_backend() {
@@ -121,24 +126,9 @@ registry::Backend device_copies_backend() {
   b.unavailable_reason = [] { return cuda_backend().unavailable_reason(); };
   b.isa_paths = [] { return std::string("the cuda backend on device copies"); };
   b.fingerprint = "device-copies";
-  using Ops = registry::BackendOps;
-  b.ops.rmsnorm_forward = [](const detail::RmsNormForwardProblem& p, registry::Execution& e) {
-    on_device_copies(p, e, &Ops::rmsnorm_forward);
-  };
-  b.ops.rmsnorm_backward = [](const detail::RmsNormBackwardProblem& p, registry::Execution& e) {
-    on_device_copies(p, e, &Ops::rmsnorm_backward);
-  };
-  b.ops.rope = [](const detail::RopeProblem& p, registry::Execution& e) {
-    on_device_copies(p, e, &Ops::rope);
-  };
-  b.ops.qk_norm_rope_forward = [](const detail::QkNormRopeForwardProblem& p,
-                                  registry::Execution& e) {
-    on_device_copies(p, e, &Ops::qk_norm_rope_forward);
-  };
-  b.ops.qk_norm_rope_backward = [](const detail::QkNormRopeBackwardProblem& p,
-                                   registry::Execution& e) {
-    on_device_copies(p, e, &Ops::qk_norm_rope_backward);
-  };
+  for_each_kernel<OpType::QkRmsNorm>(b);
+  for_each_kernel<OpType::MultiAxisRope>(b);
+  for_each_kernel<OpType::QkNormRope>(b);
   return b;
 }
 

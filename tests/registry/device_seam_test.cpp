@@ -38,12 +38,13 @@ registry::Backend planted_cuda(const registry::Capabilities& caps = {}) {
   b.unavailable_reason = [] { return std::string(); };
   b.isa_paths = [] { return std::string("none"); };
   b.fingerprint = "0000000000000000";
-  b.ops.rmsnorm_forward = [](const detail::RmsNormForwardProblem&, registry::Execution& exec) {
-    ++seen.calls;
-    seen.device = exec.device;
-    seen.stream = exec.context.cuda_stream;
-    exec.isa = "planted";
-  };
+  b.kernels.set<OpType::QkRmsNorm, Direction::Forward>(
+      [](const detail::RmsNormForwardProblem&, registry::Execution& exec) {
+        ++seen.calls;
+        seen.device = exec.device;
+        seen.stream = exec.context.cuda_stream;
+        exec.isa = "planted";
+      });
   return b;
 }
 

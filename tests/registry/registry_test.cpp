@@ -56,9 +56,9 @@ registry::Backend narrow_backend(
   b.unavailable_reason = unavailable;
   b.isa_paths = [] { return std::string("as simd"); };
   b.fingerprint = "0000000000000000";
-  b.ops.rmsnorm_forward = cpu::qk_rmsnorm_forward;
-  b.ops.rmsnorm_backward = cpu::qk_rmsnorm_backward;
-  b.ops.qk_norm_rope_forward = cpu::qk_norm_rope_forward;
+  b.kernels.set<OpType::QkRmsNorm, Direction::Forward>(cpu::qk_rmsnorm_forward);
+  b.kernels.set<OpType::QkRmsNorm, Direction::Backward>(cpu::qk_rmsnorm_backward);
+  b.kernels.set<OpType::QkNormRope, Direction::Forward>(cpu::qk_norm_rope_forward);
   return b;  // no rope: "narrow" does not implement multi_axis_rope
 }
 

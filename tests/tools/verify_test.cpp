@@ -105,11 +105,7 @@ registry::Backend simd_clone(const std::string& name) {
   b.unavailable_reason = [] { return std::string(); };
   b.isa_paths = [] { return std::string("as simd"); };
   b.fingerprint = "0000000000000000";
-  b.ops.rmsnorm_forward = cpu::qk_rmsnorm_forward;
-  b.ops.rmsnorm_backward = cpu::qk_rmsnorm_backward;
-  b.ops.rope = cpu::multi_axis_rope;
-  b.ops.qk_norm_rope_forward = cpu::qk_norm_rope_forward;
-  b.ops.qk_norm_rope_backward = cpu::qk_norm_rope_backward;
+  b.kernels = cpu::simd_kernels();
   return b;
 }
 
@@ -197,11 +193,11 @@ TEST(VerifyPlanted, WrongBytesFailTheReferenceAndBatchChecks) {
   registry::Backend flipping = simd_clone("flips_a_bit");
   // The lowest bit of the first element of y: the sample alone gets a wrong first
   // element, the sample inside a batch (element 1) does not; every thread count agrees.
-  flipping.ops.rmsnorm_forward = [](const detail::RmsNormForwardProblem& p,
-                                    registry::Execution& exec) {
-    cpu::qk_rmsnorm_forward(p, exec);
-    *static_cast<unsigned char*>(p.y.data) ^= 1u;
-  };
+  flipping.kernels.set<OpType::QkRmsNorm, Direction::Forward>(
+      [](const detail::RmsNormForwardProblem& p, registry::Execution& exec) {
+        cpu::qk_rmsnorm_forward(p, exec);
+        *static_cast<unsigned char*>(p.y.data) ^= 1u;
+      });
   const registry::ScopedRegistration planted(flipping);
   set_num_threads(5);
 
@@ -237,10 +233,12 @@ TEST(VerifyPlanted, BytesThatDependOnTheThreadCountFailTheThreadsCheck) {
   const kernel_align::test::RuntimeGuard restore;
   registry::Backend by_threads = simd_clone("one_thread_differs");
   // dx of the rope backward, wrong in its last bit only when the backend has one thread.
-  by_threads.ops.rope = [](const detail::RopeProblem& p, registry::Execution& exec) {
+  const auto rope = [](const detail::RopeProblem& p, registry::Execution& exec) {
     cpu::multi_axis_rope(p, exec);
     if (p.transpose && num_threads() == 1) *static_cast<unsigned char*>(p.out.data) ^= 1u;
   };
+  by_threads.kernels.set<OpType::MultiAxisRope, Direction::Forward>(rope);
+  by_threads.kernels.set<OpType::MultiAxisRope, Direction::Backward>(rope);
   const registry::ScopedRegistration planted(by_threads);
 
   const InProcessRun r = verify_in_process(kOneQuickShape);

@@ -65,12 +65,17 @@ registry::Backend emulated_cuda_backend() {
   b.unavailable_reason = [] { return std::string(); };
   b.isa_paths = [] { return std::string("the CUDA kernels on the grid emulator"); };
   b.fingerprint = "emulated";
-  b.ops.rmsnorm_forward = run<detail::RmsNormForwardProblem, plan::rmsnorm_forward>;
-  b.ops.rmsnorm_backward = run<detail::RmsNormBackwardProblem, plan::rmsnorm_backward>;
-  b.ops.rope = run<detail::RopeProblem, plan::rope>;
-  b.ops.qk_norm_rope_forward = run<detail::QkNormRopeForwardProblem, plan::qk_norm_rope_forward>;
-  b.ops.qk_norm_rope_backward = run<detail::QkNormRopeBackwardProblem, plan::qk_norm_rope_backward>;
-  b.ops.batch_digests = [](const ConstTensorView& v, const registry::Execution&) {
+  b.kernels.set<OpType::QkRmsNorm, Direction::Forward>(
+      run<detail::RmsNormForwardProblem, plan::rmsnorm_forward>);
+  b.kernels.set<OpType::QkRmsNorm, Direction::Backward>(
+      run<detail::RmsNormBackwardProblem, plan::rmsnorm_backward>);
+  b.kernels.set<OpType::MultiAxisRope, Direction::Forward>(run<detail::RopeProblem, plan::rope>);
+  b.kernels.set<OpType::MultiAxisRope, Direction::Backward>(run<detail::RopeProblem, plan::rope>);
+  b.kernels.set<OpType::QkNormRope, Direction::Forward>(
+      run<detail::QkNormRopeForwardProblem, plan::qk_norm_rope_forward>);
+  b.kernels.set<OpType::QkNormRope, Direction::Backward>(
+      run<detail::QkNormRopeBackwardProblem, plan::qk_norm_rope_backward>);
+  b.batch_digests = [](const ConstTensorView& v, const registry::Execution&) {
     registry::Execution digest_exec;
     EmulatedExecutor executor(digest_exec);
     return plan::batch_digests(v, executor);

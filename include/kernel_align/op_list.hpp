@@ -1,0 +1,13 @@
+// The one list of the library's ops: each op named once, as its enumerator and as the
+// name the trace, the registry table, verify and the bindings use. Everything that
+// enumerates ops (OpType, op_type_name, kOpTypes, the registry's kernel slots, the
+// configurations verify runs) is derived from this list, so adding an op is one row
+// here plus its descriptor (src/api/descriptors.cpp).
+//
+// KERNEL_ALIGN_OPS(X) calls X(Enumerator, name) once per op, in enum order.
+#pragma once
+
+#define KERNEL_ALIGN_OPS(X)           \
+  X(QkRmsNorm, qk_rmsnorm)            \
+  X(MultiAxisRope, multi_axis_rope)   \
+  X(QkNormRope, qk_norm_rope)
