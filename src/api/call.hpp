@@ -7,7 +7,9 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
+#include "api/descriptors.hpp"
 #include "api/problems.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/registry.hpp"  // OpType, Direction
@@ -30,21 +32,40 @@ struct TensorArg {
 inline constexpr int kMaxTensorArgs = 16;
 using TensorArgs = FixedList<TensorArg, kMaxTensorArgs>;
 
-// What the registry chooses a backend from and the trace writes.
+// One option value of a call, named as its descriptor names it.
+struct OptionValue {
+  const char* name = "";
+  OptionKind kind = OptionKind::Choice;
+  const char* choice = "";  // Choice: the value's name ("bshd")
+  float number = 0.0f;      // Float
+  std::int64_t integer = 0;  // Integer
+};
+using OptionValues = FixedList<OptionValue, kMaxOptions>;
+
+// A size of the contract's that a call used and the trace records ("dw_block_rows").
+struct BlockSize {
+  const char* name = "";
+  std::int64_t value = 0;
+};
+
+// What the registry chooses a backend from and the trace writes: generic over the ops,
+// so that a new op adds no field here.
 struct CallRecord {
   OpType op = OpType::QkRmsNorm;
   Direction direction = Direction::Forward;
-  TensorArgs tensors;  // in signature order
-  Device device;       // the one device every tensor lives on
-  int d = 0;           // the head dim
-  // The op's options (empty where the op has no such option: the trace writes null).
-  std::optional<Layout> layout;
-  std::optional<Pairing> pairing;
-  std::optional<NormMode> mode;
-  std::optional<float> eps;
-  std::optional<std::int64_t> text_len;
+  TensorArgs tensors;    // in signature order
+  OptionValues options;  // in the order of descriptor(op).options()
+  Device device;         // the one device every tensor lives on
   DType output_dtype = DType::F32;
-  bool computes_dw = false;
+  FixedList<BlockSize, 2> block_sizes;  // those this call used
+
+  // The option called `name`; null when the op has none.
+  const OptionValue* option(std::string_view name) const {
+    for (const OptionValue& o : options) {
+      if (name == o.name) return &o;
+    }
+    return nullptr;
+  }
 };
 
 template <class Problem>

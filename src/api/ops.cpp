@@ -9,6 +9,7 @@
 #include <string>
 
 #include "api/call.hpp"
+#include "api/descriptors.hpp"
 #include "api/float_env.hpp"
 #include "kernel_align/error.hpp"
 #include "registry/registry.hpp"
@@ -124,14 +125,18 @@ float fp32_option(const std::string& argument, double value) {
   return rounded;
 }
 
+// The descriptors' spellings (api/descriptors.cpp), one list for every front end.
 const char* pairing_name(Pairing p) {
-  return p == Pairing::Half ? "half" : "interleaved";
+  return detail::descriptor(OpType::MultiAxisRope).option("pairing")->choices.at(
+      static_cast<std::size_t>(p));
 }
 const char* layout_name(Layout l) {
-  return l == Layout::BSHD ? "bshd" : "bhsd";
+  return detail::descriptor(OpType::MultiAxisRope).option("layout")->choices.at(
+      static_cast<std::size_t>(l));
 }
 const char* norm_mode_name(NormMode m) {
-  return m == NormMode::Single ? "single" : "diffusers";
+  return detail::descriptor(OpType::QkRmsNorm).option("mode")->choices.at(
+      static_cast<std::size_t>(m));
 }
 
 }  // namespace kernel_align

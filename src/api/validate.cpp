@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <initializer_list>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "api/call.hpp"
+#include "kernel_align/contract/rmsnorm.hpp"
 #include "kernel_align/error.hpp"
 
 namespace kernel_align::detail {
@@ -314,26 +316,57 @@ Device one_device(const TensorArgs& tensors) {
 // The checks of a whole call, once its tensors are listed: the aliasing rule, eps
 // (where the op has one) and one device; the record then holds that device.
 void check_call(CallRecord& record) {
+  if (record.options.size() != descriptor(record.op).option_count) {
+    throw std::logic_error(std::string("a call record of ") + op_type_name(record.op) +
+                           " without every option of its descriptor");
+  }
   check_aliasing(record.tensors);
-  if (record.eps) check_eps(*record.eps);
+  if (const OptionValue* eps = record.option("eps")) check_eps(eps->number);
   record.device = one_device(record.tensors);
 }
 
-CallRecord record_of(OpType op, Direction direction, int d, DType output_dtype) {
+CallRecord record_of(OpType op, Direction direction, DType output_dtype) {
   CallRecord record;
   record.op = op;
   record.direction = direction;
-  record.d = d;
   record.output_dtype = output_dtype;
   return record;
 }
 
-CallRecord rmsnorm_record(Direction direction, const RmsNormOptions& options, int d,
+// Appends the value of the record's next option: its name and kind must be the
+// descriptor's (a mismatch is the library's bug).
+void add_option(CallRecord& record, const OptionValue& value) {
+  const auto specs = descriptor(record.op).options();
+  const auto i = static_cast<std::size_t>(record.options.size());
+  if (i >= specs.size() || std::string_view(specs[i].name) != value.name ||
+      specs[i].kind != value.kind) {
+    throw std::logic_error(std::string("option ") + value.name + " out of the order of " +
+                           op_type_name(record.op) + "'s descriptor");
+  }
+  record.options.push_back(value);
+}
+
+OptionValue choice(const char* name, const char* value) {
+  return {name, OptionKind::Choice, value, 0.0f, 0};
+}
+OptionValue fp32_value(const char* name, float value) {
+  return {name, OptionKind::Float, "", value, 0};
+}
+OptionValue integer_value(const char* name, std::int64_t value) {
+  return {name, OptionKind::Integer, "", 0.0f, value};
+}
+
+CallRecord rmsnorm_record(Direction direction, const RmsNormOptions& options,
                           DType output_dtype) {
-  CallRecord record = record_of(OpType::QkRmsNorm, direction, d, output_dtype);
-  record.mode = options.mode;
-  record.eps = options.eps;
+  CallRecord record = record_of(OpType::QkRmsNorm, direction, output_dtype);
+  add_option(record, choice("mode", norm_mode_name(options.mode)));
+  add_option(record, fp32_value("eps", options.eps));
   return record;
+}
+
+// The dw blocks of a backward call that computes a weight gradient.
+void record_dw_blocks(CallRecord& record) {
+  record.block_sizes.push_back({"dw_block_rows", contract::kDwBlockRows});
 }
 
 void check_weight(const std::optional<ConstTensorView>& weight, int d) {
@@ -406,7 +439,7 @@ Call<RmsNormForwardProblem> rmsnorm_forward_call(const ConstTensorView& x,
   check_weight(weight, d);
   check_view("y", y, 1, kMaxRank, {kRowsRank});
   check_same_shape("y", y, "x", x);
-  Call<RmsNormForwardProblem> call{rmsnorm_record(Direction::Forward, options, d, y.dtype),
+  Call<RmsNormForwardProblem> call{rmsnorm_record(Direction::Forward, options, y.dtype),
                                    {x, weight, y, options, d}};
   TensorArgs& tensors = call.record.tensors;
   tensors.push_back(input("x", x));
@@ -434,9 +467,9 @@ Call<RmsNormBackwardProblem> rmsnorm_backward_call(const ConstTensorView& x,
     check_view("dw", *dw, 1, 1, {kVectorRank});
     check_same_shape("dw", *dw, "weight", *weight);
   }
-  Call<RmsNormBackwardProblem> call{rmsnorm_record(Direction::Backward, options, d, dx.dtype),
+  Call<RmsNormBackwardProblem> call{rmsnorm_record(Direction::Backward, options, dx.dtype),
                                     {x, dy, weight, dx, dw, options, d}};
-  call.record.computes_dw = dw.has_value();
+  if (dw) record_dw_blocks(call.record);
   TensorArgs& tensors = call.record.tensors;
   tensors.push_back(input("x", x));
   tensors.push_back(input("dy", dy));
@@ -455,10 +488,9 @@ Call<RopeProblem> rope_call(Direction direction, const ConstTensorView& in,
   const char* in_name = backward ? "dy" : "x";
   const char* out_name = backward ? "dx" : "y";
   const RopeProblem problem = rope_problem(in, cos, sin, out, options, backward, in_name, out_name);
-  Call<RopeProblem> call{record_of(OpType::MultiAxisRope, direction, problem.d, out.dtype),
-                         problem};
-  call.record.layout = options.layout;
-  call.record.pairing = options.pairing;
+  Call<RopeProblem> call{record_of(OpType::MultiAxisRope, direction, out.dtype), problem};
+  add_option(call.record, choice("layout", layout_name(options.layout)));
+  add_option(call.record, choice("pairing", pairing_name(options.pairing)));
   TensorArgs& tensors = call.record.tensors;
   tensors.push_back(input(in_name, in));
   tensors.push_back(input("cos", cos));
@@ -551,14 +583,14 @@ void add_weight_grads(TensorArgs& tensors, const WeightSlots& slots) {
   }
 }
 
-CallRecord fused_record(Direction direction, const QkNormRopeOptions& options, int d,
+CallRecord fused_record(Direction direction, const QkNormRopeOptions& options,
                         DType output_dtype) {
-  CallRecord record = record_of(OpType::QkNormRope, direction, d, output_dtype);
-  record.layout = options.layout;
-  record.pairing = options.pairing;
-  record.mode = options.mode;
-  record.eps = options.eps;
-  record.text_len = options.text_len;
+  CallRecord record = record_of(OpType::QkNormRope, direction, output_dtype);
+  add_option(record, choice("layout", layout_name(options.layout)));
+  add_option(record, choice("pairing", pairing_name(options.pairing)));
+  add_option(record, choice("mode", norm_mode_name(options.mode)));
+  add_option(record, fp32_value("eps", options.eps));
+  add_option(record, integer_value("text_len", options.text_len));
   return record;
 }
 
@@ -582,7 +614,7 @@ Call<QkNormRopeForwardProblem> qk_norm_rope_forward_call(
   const WeightSlots slots = weight_slots(weights, nullptr);
   check_weight_slots(slots, q_rope.d);
   Call<QkNormRopeForwardProblem> call{
-      fused_record(Direction::Forward, options, q_rope.d, q_out.dtype), {}};
+      fused_record(Direction::Forward, options, q_out.dtype), {}};
   TensorArgs& tensors = call.record.tensors;
   tensors.push_back(input("q", q));
   tensors.push_back(input("k", k));
@@ -624,9 +656,10 @@ Call<QkNormRopeBackwardProblem> qk_norm_rope_backward_call(
   const WeightSlots slots = weight_slots(weights, &weight_grads);
   check_weight_slots(slots, q_rope.d);
   Call<QkNormRopeBackwardProblem> call{
-      fused_record(Direction::Backward, options, q_rope.d, dq.dtype), {}};
-  call.record.computes_dw =
-      weight_grads.text_q || weight_grads.text_k || weight_grads.image_q || weight_grads.image_k;
+      fused_record(Direction::Backward, options, dq.dtype), {}};
+  if (weight_grads.text_q || weight_grads.text_k || weight_grads.image_q || weight_grads.image_k) {
+    record_dw_blocks(call.record);
+  }
   TensorArgs& tensors = call.record.tensors;
   tensors.push_back(input("q", q));
   tensors.push_back(input("k", k));

@@ -82,28 +82,14 @@ State& state() {
 }
 
 constexpr DType kDTypes[] = {DType::F32, DType::BF16, DType::F16};
-constexpr Layout kLayouts[] = {Layout::BSHD, Layout::BHSD};
-constexpr Pairing kPairings[] = {Pairing::Half, Pairing::Interleaved};
-constexpr NormMode kModes[] = {NormMode::Single, NormMode::Diffusers};
 
-// "fp32, bf16": the names of the enumerators in `set`.
-template <class Enum, std::size_t N, class Name>
-std::string names_in(unsigned set, const Enum (&all)[N], const Name& name) {
+// "fp32, bf16": the names of the dtypes in `set`.
+std::string dtype_names(unsigned set) {
   std::string text;
-  for (const Enum e : all) {
-    if ((set & bit(e)) != 0) text += (text.empty() ? "" : ", ") + std::string(name(e));
+  for (const DType t : kDTypes) {
+    if ((set & bit(t)) != 0) text += (text.empty() ? "" : ", ") + std::string(dtype_name(t));
   }
   return text;
-}
-
-// Why `value` is not in `supported` ("" when it is), e.g. "layout bhsd is not
-// supported (supports bshd)".
-template <class Enum, std::size_t N, class Name>
-std::string outside(const char* what, Enum value, unsigned supported, const Enum (&all)[N],
-                    const Name& name) {
-  if ((supported & bit(value)) != 0) return "";
-  return std::string(what) + " " + name(value) + " is not supported (supports " +
-         names_in(supported, all, name) + ")";
 }
 
 BackendList candidates_locked(const State& s, Platform platform, OpType op, Direction direction) {
@@ -154,38 +140,19 @@ std::size_t alignment(const detail::CallRecord& call) {
   return addresses == 0 ? kPage : std::size_t{1} << std::countr_zero(addresses);
 }
 
-template <class Enum, std::size_t N, class Name>
-std::string outside(const char* what, const std::optional<Enum>& value, unsigned supported,
-                    const Enum (&all)[N], const Name& name) {
-  return value ? outside(what, *value, supported, all, name) : "";
-}
-
 }  // namespace
 
 std::string unsupported_reason(const Capabilities& caps, const detail::CallRecord& call) {
   unsigned dtypes = 0;
   for (const detail::TensorArg& t : call.tensors) dtypes |= bit(t.view.dtype);
   for (const DType t : kDTypes) {
-    if ((dtypes & bit(t)) == 0) continue;
-    if (std::string why = outside("dtype", t, caps.dtypes, kDTypes, dtype_name); !why.empty()) {
-      return why;
+    if ((dtypes & bit(t)) != 0 && (caps.dtypes & bit(t)) == 0) {
+      return std::string("dtype ") + dtype_name(t) + " is not supported (supports " +
+             dtype_names(caps.dtypes) + ")";
     }
   }
-  if (std::string why = outside("layout", call.layout, caps.layouts, kLayouts, layout_name);
-      !why.empty()) {
-    return why;
-  }
-  if (std::string why = outside("pairing", call.pairing, caps.pairings, kPairings, pairing_name);
-      !why.empty()) {
-    return why;
-  }
-  if (std::string why = outside("mode", call.mode, caps.modes, kModes, norm_mode_name);
-      !why.empty()) {
-    return why;
-  }
-  if (call.d < caps.min_d || call.d > caps.max_d) {
-    return "head dim " + std::to_string(call.d) + " is outside " + std::to_string(caps.min_d) +
-           ".." + std::to_string(caps.max_d);
+  if (caps.unsupported != nullptr) {
+    if (std::string why = caps.unsupported(call); !why.empty()) return why;
   }
   if (caps.needs_contiguous_rows && !rows_contiguous(call)) {
     return "needs rows with unit stride in the last dim";
@@ -198,11 +165,8 @@ std::string unsupported_reason(const Capabilities& caps, const detail::CallRecor
 }
 
 std::string describe(const Capabilities& caps) {
-  std::string text = names_in(caps.dtypes, kDTypes, dtype_name) + "; " +
-                     names_in(caps.layouts, kLayouts, layout_name) + "; " +
-                     names_in(caps.pairings, kPairings, pairing_name) + "; " +
-                     names_in(caps.modes, kModes, norm_mode_name) + "; D " +
-                     std::to_string(caps.min_d) + ".." + std::to_string(caps.max_d);
+  std::string text = dtype_names(caps.dtypes);
+  if (caps.unsupported != nullptr) text += "; options and shapes by its own test";
   text += caps.needs_contiguous_rows ? "; unit-stride rows" : "; any strides";
   if (caps.min_alignment > 1) text += "; " + std::to_string(caps.min_alignment) + "-byte aligned";
   return text;

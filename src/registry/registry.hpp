@@ -25,16 +25,15 @@ constexpr unsigned bit(Enum e) {
 // What a backend accepts; a call outside it goes to the next backend in the list.
 struct Capabilities {
   unsigned dtypes = bit(DType::F32) | bit(DType::BF16) | bit(DType::F16);
-  unsigned layouts = bit(Layout::BSHD) | bit(Layout::BHSD);
-  unsigned pairings = bit(Pairing::Half) | bit(Pairing::Interleaved);
-  unsigned modes = bit(NormMode::Single) | bit(NormMode::Diffusers);
-  int min_d = 2;
-  int max_d = kMaxHeadDim;
   bool needs_contiguous_rows = false;
   std::size_t min_alignment = 1;  // bytes
+  // The backend's own test of a call's options and shapes (ggml's supports_op): why it
+  // cannot run `call`, in words, or "" when it can. Null: it runs every valid call. It
+  // reads the record's options by name (CallRecord::option) and its tensors' shapes.
+  std::string (*unsupported)(const detail::CallRecord& call) = nullptr;
 };
 
-// Why `caps` does not cover `call` (its dtypes, options, head dim, strides and data
+// Why `caps` does not cover `call` (its dtypes, the backend's own test, strides and data
 // alignment), in words ("" when it does).
 std::string unsupported_reason(const Capabilities& caps, const detail::CallRecord& call);
 // The capabilities in words, for the backends table.

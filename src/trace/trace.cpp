@@ -22,7 +22,6 @@
 
 #include "core/json_text.hpp"
 #include "core/splitmix64.hpp"
-#include "kernel_align/contract/rmsnorm.hpp"
 #include "kernel_align/contract/version.hpp"
 #include "kernel_align/error.hpp"
 #include "kernel_align/trace.hpp"
@@ -228,9 +227,21 @@ std::string dims(const ConstTensorView& v, const std::array<std::int64_t, kMaxRa
                [](std::int64_t n) { return std::to_string(n); });
 }
 
-template <class T, class Name>
-std::string optional_name(const std::optional<T>& value, const Name& name) {
-  return value ? quoted(name(*value)) : "null";
+// An option's value as JSON: a name quoted, an fp32 value with 9 significant digits
+// (exact for a float), an integer in full.
+std::string json_of(const kernel_align::detail::OptionValue& o) {
+  switch (o.kind) {
+    case kernel_align::detail::OptionKind::Choice:
+      return quoted(o.choice);
+    case kernel_align::detail::OptionKind::Float: {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.9g", static_cast<double>(o.number));
+      return text;
+    }
+    case kernel_align::detail::OptionKind::Integer:
+      return std::to_string(o.integer);
+  }
+  return "null";
 }
 
 std::string field(const char* key, const std::string& json) {
@@ -261,21 +272,14 @@ std::string record_body(const kernel_align::detail::CallRecord& call,
                       ",\"shape\":" + dims(t.view, t.view.shape) +
                       ",\"strides\":" + dims(t.view, t.view.strides) + "}";
              }));
-  r += field("layout", optional_name(call.layout, layout_name));
-  r += field("pairing", optional_name(call.pairing, pairing_name));
-  r += field("mode", optional_name(call.mode, norm_mode_name));
-  if (call.eps) {
-    char eps[32];
-    std::snprintf(eps, sizeof eps, "%.9g", static_cast<double>(*call.eps));
-    r += field("eps", eps);
-  } else {
-    r += field("eps", "null");
-  }
-  r += field("text_len", call.text_len ? std::to_string(*call.text_len) : "null");
+  for (const kernel_align::detail::OptionValue& o : call.options) r += field(o.name, json_of(o));
   r += field("accumulator", quoted("fp32"));
   r += field("output_dtype", quoted(dtype_name(call.output_dtype)));
-  r += field("reduction_tree", quoted("tree16-v1"));
-  r += field("dw_block_rows", call.computes_dw ? std::to_string(contract::kDwBlockRows) : "null");
+  const char* tree = kernel_align::detail::descriptor(call.op).reduction_tree;
+  r += field("reduction_tree", tree != nullptr ? quoted(tree) : "null");
+  for (const kernel_align::detail::BlockSize& b : call.block_sizes) {
+    r += field(b.name, std::to_string(b.value));
+  }
   r += field("fma_contraction", "false");
   // Device code is built without flush-to-zero (-ftz=false, which the PTX gate checks);
   // host code runs under the MXCSR the call set, read back here.
