@@ -7,7 +7,7 @@
 // KERNEL_ALIGN_OPS(X) calls X(Enumerator, name) once per op, in enum order.
 #pragma once
 
-#define KERNEL_ALIGN_OPS(X)           \
-  X(QkRmsNorm, qk_rmsnorm)            \
-  X(MultiAxisRope, multi_axis_rope)   \
+#define KERNEL_ALIGN_OPS(X)         \
+  X(QkRmsNorm, qk_rmsnorm)          \
+  X(MultiAxisRope, multi_axis_rope) \
   X(QkNormRope, qk_norm_rope)

@@ -36,8 +36,8 @@ using TensorArgs = FixedList<TensorArg, kMaxTensorArgs>;
 struct OptionValue {
   const char* name = "";
   OptionKind kind = OptionKind::Choice;
-  const char* choice = "";  // Choice: the value's name ("bshd")
-  float number = 0.0f;      // Float
+  const char* choice = "";   // Choice: the value's name ("bshd")
+  float number = 0.0f;       // Float
   std::int64_t integer = 0;  // Integer
 };
 using OptionValues = FixedList<OptionValue, kMaxOptions>;

@@ -127,16 +127,19 @@ float fp32_option(const std::string& argument, double value) {
 
 // The descriptors' spellings (api/descriptors.cpp), one list for every front end.
 const char* pairing_name(Pairing p) {
-  return detail::descriptor(OpType::MultiAxisRope).option("pairing")->choices.at(
-      static_cast<std::size_t>(p));
+  return detail::descriptor(OpType::MultiAxisRope)
+      .option("pairing")
+      ->choices.at(static_cast<std::size_t>(p));
 }
 const char* layout_name(Layout l) {
-  return detail::descriptor(OpType::MultiAxisRope).option("layout")->choices.at(
-      static_cast<std::size_t>(l));
+  return detail::descriptor(OpType::MultiAxisRope)
+      .option("layout")
+      ->choices.at(static_cast<std::size_t>(l));
 }
 const char* norm_mode_name(NormMode m) {
-  return detail::descriptor(OpType::QkRmsNorm).option("mode")->choices.at(
-      static_cast<std::size_t>(m));
+  return detail::descriptor(OpType::QkRmsNorm)
+      .option("mode")
+      ->choices.at(static_cast<std::size_t>(m));
 }
 
 }  // namespace kernel_align

@@ -191,10 +191,10 @@ KA_HD inline std::int64_t row_sequence_index(std::int64_t r, std::int64_t dim1, 
 // Direction::Forward> is RmsNormForwardProblem. The registry's kernel slots are typed by it.
 template <OpType op, Direction d>
 struct ProblemOf;
-#define KERNEL_ALIGN_PROBLEM(op, direction, problem) \
-  template <>                                        \
+#define KERNEL_ALIGN_PROBLEM(op, direction, problem)   \
+  template <>                                          \
   struct ProblemOf<OpType::op, Direction::direction> { \
-    using type = problem;                            \
+    using type = problem;                              \
   };
 KERNEL_ALIGN_PROBLEM(QkRmsNorm, Forward, RmsNormForwardProblem)
 KERNEL_ALIGN_PROBLEM(QkRmsNorm, Backward, RmsNormBackwardProblem)

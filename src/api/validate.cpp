@@ -356,8 +356,7 @@ OptionValue integer_value(const char* name, std::int64_t value) {
   return {name, OptionKind::Integer, "", 0.0f, value};
 }
 
-CallRecord rmsnorm_record(Direction direction, const RmsNormOptions& options,
-                          DType output_dtype) {
+CallRecord rmsnorm_record(Direction direction, const RmsNormOptions& options, DType output_dtype) {
   CallRecord record = record_of(OpType::QkRmsNorm, direction, output_dtype);
   add_option(record, choice("mode", norm_mode_name(options.mode)));
   add_option(record, fp32_value("eps", options.eps));
@@ -583,8 +582,7 @@ void add_weight_grads(TensorArgs& tensors, const WeightSlots& slots) {
   }
 }
 
-CallRecord fused_record(Direction direction, const QkNormRopeOptions& options,
-                        DType output_dtype) {
+CallRecord fused_record(Direction direction, const QkNormRopeOptions& options, DType output_dtype) {
   CallRecord record = record_of(OpType::QkNormRope, direction, output_dtype);
   add_option(record, choice("layout", layout_name(options.layout)));
   add_option(record, choice("pairing", pairing_name(options.pairing)));
@@ -613,8 +611,7 @@ Call<QkNormRopeForwardProblem> qk_norm_rope_forward_call(
   check_text_len(options.text_len, q_rope.seq);
   const WeightSlots slots = weight_slots(weights, nullptr);
   check_weight_slots(slots, q_rope.d);
-  Call<QkNormRopeForwardProblem> call{
-      fused_record(Direction::Forward, options, q_out.dtype), {}};
+  Call<QkNormRopeForwardProblem> call{fused_record(Direction::Forward, options, q_out.dtype), {}};
   TensorArgs& tensors = call.record.tensors;
   tensors.push_back(input("q", q));
   tensors.push_back(input("k", k));
@@ -655,8 +652,7 @@ Call<QkNormRopeBackwardProblem> qk_norm_rope_backward_call(
   check_text_len(options.text_len, q_rope.seq);
   const WeightSlots slots = weight_slots(weights, &weight_grads);
   check_weight_slots(slots, q_rope.d);
-  Call<QkNormRopeBackwardProblem> call{
-      fused_record(Direction::Backward, options, dq.dtype), {}};
+  Call<QkNormRopeBackwardProblem> call{fused_record(Direction::Backward, options, dq.dtype), {}};
   if (weight_grads.text_q || weight_grads.text_k || weight_grads.image_q || weight_grads.image_k) {
     record_dw_blocks(call.record);
   }

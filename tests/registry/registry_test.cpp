@@ -258,8 +258,8 @@ std::vector<Mismatch> mismatches() {
                  "narrow: mode diffusers is not supported"});
   registry::Capabilities wide_rows;
   wide_rows.unsupported = [](const detail::CallRecord& c) { return head_dim_below(c, 64); };
-  all.push_back({"head_dim", wide_rows, DType::F32, kD, std::nullopt,
-                 "narrow: head dim 32 is below 64"});
+  all.push_back(
+      {"head_dim", wide_rows, DType::F32, kD, std::nullopt, "narrow: head dim 32 is below 64"});
   registry::Capabilities page_aligned;
   page_aligned.min_alignment = std::size_t{1} << 20;  // no heap buffer is that aligned
   all.push_back({"alignment", page_aligned, DType::F32, kD, std::nullopt,
@@ -317,8 +317,7 @@ TEST(Registry, LayoutPairingAndContiguityMismatchesFallBack) {
   EXPECT_EQ(fused(Layout::BSHD, Pairing::Interleaved).backend, "narrow");
   const CallReport bhsd = fused(Layout::BHSD, Pairing::Interleaved);
   EXPECT_EQ(bhsd.backend, "simd");
-  EXPECT_NE(bhsd.fallback.find("layout bhsd is not supported"), std::string::npos)
-      << bhsd.fallback;
+  EXPECT_NE(bhsd.fallback.find("layout bhsd is not supported"), std::string::npos) << bhsd.fallback;
   const CallReport half = fused(Layout::BSHD, Pairing::Half);
   EXPECT_EQ(half.backend, "simd");
   EXPECT_NE(half.fallback.find("pairing half is not supported"), std::string::npos)
