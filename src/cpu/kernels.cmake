@@ -4,6 +4,7 @@
 target_sources(kernel_align PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/kernels.cpp
   ${CMAKE_CURRENT_LIST_DIR}/isa/portable.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_portable.cpp
 )
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   target_sources(kernel_align PRIVATE
@@ -18,4 +19,15 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
     PROPERTIES COMPILE_OPTIONS "${KERNEL_ALIGN_AVX2_FLAGS}")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/isa/avx512.cpp
     PROPERTIES COMPILE_OPTIONS "${KERNEL_ALIGN_AVX512_FLAGS}")
+  # The GEMM micro-kernels (gemm/), one file per path. Unlike the row kernels they use
+  # fma, explicitly: the linear contract's leaves are fma chains (docs/contract.md,
+  # "Linear (GEMM)"); -ffp-contract=off still keeps the compiler from fusing anything else.
+  target_sources(kernel_align PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_avx2.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_avx512.cpp
+  )
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_avx2.cpp
+    PROPERTIES COMPILE_OPTIONS "${KERNEL_ALIGN_AVX2_FLAGS};-mfma")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_avx512.cpp
+    PROPERTIES COMPILE_OPTIONS "${KERNEL_ALIGN_AVX512_FLAGS};-mfma")
 endif()

@@ -1,0 +1,20 @@
+// The CPU GEMM engine (docs/contract.md, "Linear (GEMM)"): BLIS-style packing and one
+// register-blocked micro-kernel per instruction-set path, tiles of C spread over the
+// thread pool. Every path and thread count produces the reference's bytes
+// (reference/gemm.hpp).
+#pragma once
+
+#include "api/gemm_problem.hpp"
+#include "kernel_align/runtime.hpp"
+
+namespace kernel_align::cpu {
+
+// The path `gemm` runs for a requested one: Avx2 needs FMA besides AVX2 (the row kernels'
+// Avx2 does not), and falls to Portable without it.
+Isa gemm_isa(Isa requested);
+
+// C of `p` with at most `threads` threads on the micro-kernel of gemm_isa(isa). `isa`
+// must be supported by this CPU (at most best_isa()).
+void gemm(const detail::GemmProblem& p, int threads, Isa isa);
+
+}  // namespace kernel_align::cpu

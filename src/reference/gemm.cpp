@@ -1,0 +1,26 @@
+#include "reference/gemm.hpp"
+
+#include <utility>
+
+#include "kernel_align/contract/convert.hpp"
+#include "kernel_align/contract/linear.hpp"
+
+namespace kernel_align::reference {
+
+void gemm(const detail::GemmProblem& p) {
+  for (std::int64_t m = 0; m < p.m; ++m) {
+    for (std::int64_t n = 0; n < p.n; ++n) {
+      const float sum = contract::linear_sum(p.r, [&](std::int64_t k) {
+        return std::pair{
+            contract::load_f32(p.a.dtype, p.a.data, m * p.a.row_stride + k * p.a.col_stride),
+            contract::load_f32(p.b.dtype, p.b.data, k * p.b.row_stride + n * p.b.col_stride)};
+      });
+      float bias = 0.0f;
+      if (p.bias) bias = contract::load_f32(p.bias->dtype, p.bias->data, n * p.bias->col_stride);
+      const float out = contract::linear_output(sum, p.bias ? &bias : nullptr, p.activation);
+      contract::store_output(p.c_dtype, p.c, m * p.c_row_stride + n * p.c_col_stride, out);
+    }
+  }
+}
+
+}  // namespace kernel_align::reference
