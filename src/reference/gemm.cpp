@@ -17,7 +17,14 @@ void gemm(const detail::GemmProblem& p) {
       });
       float bias = 0.0f;
       if (p.bias) bias = contract::load_f32(p.bias->dtype, p.bias->data, n * p.bias->col_stride);
-      const float out = contract::linear_output(sum, p.bias ? &bias : nullptr, p.activation);
+      const float* bias_or_null = p.bias ? &bias : nullptr;
+      const float out =
+          p.grad_out
+              ? contract::linear_activation_grad(
+                    sum, bias_or_null, p.activation,
+                    contract::load_f32(p.grad_out->dtype, p.grad_out->data,
+                                       m * p.grad_out->row_stride + n * p.grad_out->col_stride))
+              : contract::linear_output(sum, bias_or_null, p.activation);
       contract::store_output(p.c_dtype, p.c, m * p.c_row_stride + n * p.c_col_stride, out);
     }
   }

@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
                               {w.data(), DType::F32, 1, k},
                               std::nullopt,
                               contract::Activation::None,
+                              std::nullopt,
                               y.data(),
                               DType::F32,
                               n,

@@ -92,17 +92,9 @@ void check(const Shape& s, const Variant& v, std::uint32_t seed) {
   const std::int64_t ldc = s.n + v.pad;
   const std::size_t c_bytes = static_cast<std::size_t>(s.m * ldc) * dtype_size(v.c_dtype);
   std::vector<std::uint8_t> want(c_bytes, 0xA5);
-  detail::GemmProblem p{s.m,
-                        s.n,
-                        s.r,
-                        {a.data(), v.a_dtype, a.stride, 1},
-                        b,
-                        std::nullopt,
-                        v.activation,
-                        want.data(),
-                        v.c_dtype,
-                        ldc,
-                        1};
+  detail::GemmProblem p{s.m,         s.n,          s.r,          {a.data(), v.a_dtype, a.stride, 1},
+                        b,           std::nullopt, v.activation, std::nullopt,
+                        want.data(), v.c_dtype,    ldc,          1};
   if (v.bias) p.bias = detail::GemmMatrix{bias.data(), v.a_dtype, 0, 1};
   reference::gemm(p);
   for (Isa isa : isas()) {
@@ -191,6 +183,7 @@ TEST(CpuGemm, EmptyReductionAndOutputs) {
              {nullptr, DType::F32, 1, 8},
              std::nullopt,
              Activation::None,
+             std::nullopt,
              c.data(),
              DType::F32,
              4,
@@ -214,6 +207,7 @@ TEST(CpuGemm, RowAloneEqualsRowInBatch) {
                b,
                std::nullopt,
                Activation::GeluTanh,
+               std::nullopt,
                all.data(),
                DType::BF16,
                n,
@@ -227,6 +221,7 @@ TEST(CpuGemm, RowAloneEqualsRowInBatch) {
                  b,
                  std::nullopt,
                  Activation::GeluTanh,
+                 std::nullopt,
                  one.data(),
                  DType::BF16,
                  n,

@@ -176,4 +176,18 @@ KA_HD static inline float activate(Activation activation, float z) {
   return z;
 }
 
+// The activation's backward at the pre-activation value z: dy times d act/dz, in the
+// orders above; dy itself for None.
+KA_HD static inline float activate_backward(Activation activation, float dy, float z) {
+  switch (activation) {
+    case Activation::GeluTanh:
+      return gelu_tanh_backward(dy, z);
+    case Activation::Silu:
+      return silu_backward(dy, z);
+    case Activation::None:
+      break;
+  }
+  return dy;
+}
+
 }  // namespace kernel_align::contract

@@ -204,4 +204,11 @@ KA_HD static inline float linear_output(float sum, const float* bias, Activation
   return activate(activation, bias != nullptr ? add(sum, *bias) : sum);
 }
 
+// The backward epilogue (linear_backward's dz): the activation's backward of grad_out at
+// the pre-activation value S (+ bias), recomputed by the same tree as the forward's.
+KA_HD static inline float linear_activation_grad(float sum, const float* bias,
+                                                 Activation activation, float grad_out) {
+  return activate_backward(activation, grad_out, bias != nullptr ? add(sum, *bias) : sum);
+}
+
 }  // namespace kernel_align::contract
