@@ -1,16 +1,25 @@
-// Timing of the CPU GEMM engine (not a test): fp32 y = x w^T for M x N x K (default
-// 1024 x 3072 x 3072), one thread by default, each ISA path this CPU has, against the
-// FMA peak of this core measured in the same run (independent vfmadd chains).
-// Usage: gemm_perf [M N K [threads]]. Needs AVX-512 (the peak loop is AVX-512 assembly).
+// Timing of the CPU GEMM engine (not a test): y = x w^T (forward layout) for a table of
+// shapes, fp32 or bf16 x and w (fp32 accumulation; y of the inputs' dtype), on the best
+// ISA path, against the FMA peak of this core measured in the same run (independent
+// vfmadd chains, times the threads), and for M <= 16 (weight-streaming calls) against a
+// memcpy of the weight's bytes timed in the same run.
+// Usage: gemm_perf [M N K [threads [f32|bf16 [avx512|avx2]]]]; without arguments the
+// table of issue 31's shapes, 1 and 2 threads, fp32 and bf16. Needs AVX-512 (the peak
+// loop is AVX-512 assembly). Prints one line per case:
+//   M N K dtype isa threads seconds GFLOP/s %peak [memcpy-ratio]
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "api/gemm_problem.hpp"
 #include "cpu/gemm/gemm.hpp"
+#include "kernel_align/contract/convert.hpp"
 
 namespace {
 
@@ -23,64 +32,121 @@ double seconds_since(Clock::time_point start) {
 // 2 * 16 * 24 flops per iteration: 24 independent zmm fma chains, more than FMA latency
 // times ports, written in assembly so that nothing but the fmas runs in the loop.
 [[gnu::target("avx512f")]] double fma_peak_gflops() {
-  const std::int64_t iterations = 50'000'000;
-  const auto start = Clock::now();
-  for (std::int64_t it = 0; it < iterations; ++it) {
-    __asm__ volatile(
-        ".irp r,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31\n"
-        "vfmadd231ps %%zmm0, %%zmm1, %%zmm\\r\n"
-        ".endr" ::
-            : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",
-              "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25",
-              "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+  const std::int64_t iterations = 20'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = Clock::now();
+    for (std::int64_t it = 0; it < iterations; ++it) {
+      __asm__ volatile(
+          ".irp r,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31\n"
+          "vfmadd231ps %%zmm0, %%zmm1, %%zmm\\r\n"
+          ".endr" ::
+              : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",
+                "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25",
+                "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+    }
+    best = std::max(best,
+                    2.0 * 16 * 24 * static_cast<double>(iterations) / seconds_since(start) * 1e-9);
   }
-  const double elapsed = seconds_since(start);
-  return 2.0 * 16 * 24 * static_cast<double>(iterations) / elapsed * 1e-9;
+  return best;
+}
+
+struct Case {
+  std::int64_t m, n, k;
+  kernel_align::DType dtype;
+  int threads;
+  kernel_align::Isa isa;
+};
+
+// Best of `reps` after one warm-up call.
+template <class F>
+double best_seconds(int reps, const F& f) {
+  f();
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto start = Clock::now();
+    f();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
+void run_case(const Case& c, double peak_1thread) {
+  using namespace kernel_align;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const std::size_t size = dtype_size(c.dtype);
+  std::vector<std::uint8_t> x(static_cast<std::size_t>(c.m * c.k) * size),
+      w(static_cast<std::size_t>(c.n * c.k) * size), y(static_cast<std::size_t>(c.m * c.n) * size);
+  const auto fill = [&](std::vector<std::uint8_t>& v) {
+    for (std::size_t i = 0; i < v.size() / size; ++i) {
+      const float f = dist(rng);
+      if (c.dtype == DType::F32) {
+        std::memcpy(v.data() + i * 4, &f, 4);
+      } else {
+        const std::uint16_t h = contract::stored_bits16(c.dtype, f);
+        std::memcpy(v.data() + i * 2, &h, 2);
+      }
+    }
+  };
+  fill(x);
+  fill(w);
+  const detail::GemmProblem p{c.m,
+                              c.n,
+                              c.k,
+                              {x.data(), c.dtype, c.k, 1},
+                              {w.data(), c.dtype, 1, c.k},
+                              std::nullopt,
+                              contract::Activation::None,
+                              std::nullopt,
+                              y.data(),
+                              c.dtype,
+                              c.n,
+                              1};
+  const double flops =
+      2.0 * static_cast<double>(c.m) * static_cast<double>(c.n) * static_cast<double>(c.k);
+  const int reps = flops > 1e10 ? 3 : flops > 1e9 ? 5 : 20;
+  const double t = best_seconds(reps, [&] { cpu::gemm(p, c.threads, c.isa); });
+  const double gflops = flops / t * 1e-9;
+  std::printf("%6lld %6lld %6lld %5s %7s %d  %9.6f s %7.1f GFLOP/s %5.1f%% peak",
+              static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),
+              dtype_name(c.dtype), isa_name(c.isa), c.threads, t, gflops,
+              100 * gflops / (peak_1thread * c.threads));
+  if (c.m <= 16) {
+    // The weight's bytes copied once (a read and a write of every byte), one thread.
+    std::vector<std::uint8_t> copy(w.size());
+    const double tc = best_seconds(reps, [&] { std::memcpy(copy.data(), w.data(), w.size()); });
+    std::printf("  memcpy %9.6f s  memcpy/ours %.2f", tc, tc / t);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace kernel_align;
-  const std::int64_t m = argc > 3 ? std::atoll(argv[1]) : 1024;
-  const std::int64_t n = argc > 3 ? std::atoll(argv[2]) : 3072;
-  const std::int64_t k = argc > 3 ? std::atoll(argv[3]) : 3072;
-  const int threads = argc > 4 ? std::atoi(argv[4]) : 1;
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(m * k)), w(static_cast<std::size_t>(n * k)),
-      y(static_cast<std::size_t>(m * n));
-  for (float& v : x) v = dist(rng);
-  for (float& v : w) v = dist(rng);
-  const detail::GemmProblem p{m,
-                              n,
-                              k,
-                              {x.data(), DType::F32, k, 1},
-                              {w.data(), DType::F32, 1, k},
-                              std::nullopt,
-                              contract::Activation::None,
-                              std::nullopt,
-                              y.data(),
-                              DType::F32,
-                              n,
-                              1};
-  const double flops =
-      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const double peak = fma_peak_gflops() * threads;
-  std::printf("fma peak (%d thread%s): %.1f GFLOP/s\n", threads, threads == 1 ? "" : "s", peak);
-  for (Isa isa : {Isa::Avx512, Isa::Avx2}) {
-    if (isa > best_isa()) continue;
-    cpu::gemm(p, threads, isa);  // warm-up (page faults, pool)
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
-      const auto start = Clock::now();
-      cpu::gemm(p, threads, isa);
-      best = std::min(best, seconds_since(start));
+  const double peak = fma_peak_gflops();
+  std::printf("fma peak (1 thread): %.1f GFLOP/s\n", peak);
+  std::vector<Case> cases;
+  if (argc > 3) {
+    Case c{std::atoll(argv[1]), std::atoll(argv[2]), std::atoll(argv[3]), DType::F32, 1,
+           best_isa()};
+    if (argc > 4) c.threads = std::atoi(argv[4]);
+    if (argc > 5 && std::string(argv[5]) == "bf16") c.dtype = DType::BF16;
+    if (argc > 6 && std::string(argv[6]) == "avx2") c.isa = Isa::Avx2;
+    cases.push_back(c);
+  } else {
+    const std::int64_t nk[][2] = {{3072, 64},    {3072, 3584},  {3072, 3072}, {18432, 3072},
+                                  {12288, 3072}, {3072, 12288}, {64, 3072}};
+    for (DType t : {DType::F32, DType::BF16}) {
+      for (int threads : {1, 2}) {
+        for (std::int64_t m : {4352, 1, 4}) {
+          for (const auto& s : nk) cases.push_back({m, s[0], s[1], t, threads, best_isa()});
+        }
+      }
     }
-    std::printf("%s: M=%lld N=%lld K=%lld  %.3f s  %.1f GFLOP/s  %.1f%% of fma peak\n",
-                isa_name(isa), static_cast<long long>(m), static_cast<long long>(n),
-                static_cast<long long>(k), best, flops / best * 1e-9,
-                100 * flops / best * 1e-9 / peak);
   }
+  for (const Case& c : cases) run_case(c, peak);
   return 0;
 }

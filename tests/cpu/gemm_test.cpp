@@ -4,6 +4,7 @@
 // NaN and Inf inputs; and a row computed alone gives its bytes in the big call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -58,6 +59,11 @@ struct Variant {
   bool forward = true;  // b = w^T (w row-major n x r); else b row-major r x n
   std::int64_t pad = 0;
   bool specials = false;  // NaN and Inf among the inputs
+  // grad_out present (the activation's backward as the epilogue), of this dtype, with
+  // grad_pad elements after each row and grad_col_stride between columns.
+  bool grad = false;
+  DType grad_dtype = DType::F32;
+  std::int64_t grad_pad = 0, grad_col_stride = 1;
 };
 
 std::vector<Isa> isas() {
@@ -72,7 +78,11 @@ std::string describe(const Shape& s, const Variant& v) {
          dtype_name(v.a_dtype) + " b " + dtype_name(v.b_dtype) + " c " + dtype_name(v.c_dtype) +
          (v.bias ? " bias" : "") + " act " + std::to_string(static_cast<int>(v.activation)) +
          (v.forward ? " forward" : " dx") + " pad " + std::to_string(v.pad) +
-         (v.specials ? " specials" : "");
+         (v.specials ? " specials" : "") +
+         (v.grad
+              ? " grad " + std::string(dtype_name(v.grad_dtype)) + " pad " +
+                    std::to_string(v.grad_pad) + " col stride " + std::to_string(v.grad_col_stride)
+              : "");
 }
 
 void check(const Shape& s, const Variant& v, std::uint32_t seed) {
@@ -81,6 +91,8 @@ void check(const Shape& s, const Variant& v, std::uint32_t seed) {
   Matrix w =
       v.forward ? Matrix(v.b_dtype, s.n, s.r, v.pad, rng) : Matrix(v.b_dtype, s.r, s.n, v.pad, rng);
   Matrix bias(v.a_dtype, 1, s.n, 0, rng);
+  // grad_out: row i, column j at element i * (n * col_stride + pad) + j * col_stride.
+  Matrix grad(v.grad_dtype, s.m, s.n * v.grad_col_stride, v.grad_pad, rng);
   if (v.specials) {
     const float inf = std::numeric_limits<float>::infinity();
     a.set(0, std::numeric_limits<float>::quiet_NaN());
@@ -96,6 +108,10 @@ void check(const Shape& s, const Variant& v, std::uint32_t seed) {
                         b,           std::nullopt, v.activation, std::nullopt,
                         want.data(), v.c_dtype,    ldc,          1};
   if (v.bias) p.bias = detail::GemmMatrix{bias.data(), v.a_dtype, 0, 1};
+  if (v.grad) {
+    if (v.specials && s.m * s.n > 2) grad.set(grad.stride + v.grad_col_stride, -0.0f);
+    p.grad_out = detail::GemmMatrix{grad.data(), v.grad_dtype, grad.stride, v.grad_col_stride};
+  }
   reference::gemm(p);
   for (Isa isa : isas()) {
     for (int threads : {1, 2}) {
@@ -170,6 +186,39 @@ TEST(CpuGemm, SpecialValues) {
   }
 }
 
+TEST(CpuGemm, GradOutEpilogue) {
+  // C = linear_activation_grad(S, bias, act, grad_out): every activation, grad_out of each
+  // dtype, contiguous and strided (padded rows, column stride 3), bias or none, full and
+  // edge tiles, C of each dtype.
+  const DType dtypes[] = {DType::F32, DType::BF16, DType::F16};
+  const Activation activations[] = {Activation::None, Activation::GeluTanh, Activation::Silu};
+  const Shape shapes[] = {{48, 64, 100}, {17, 33, 64}, {3, 100, 300}, {24, 96, 0}, {64, 96, 3072}};
+  std::uint32_t seed = 100;
+  for (const Shape& s : shapes) {
+    for (Activation act : activations) {
+      for (DType g : dtypes) {
+        for (bool bias : {false, true}) {
+          for (int strided = 0; strided < 2; ++strided) {
+            if (s.r == 3072 && (strided != 0 || g == DType::F16)) continue;  // time
+            Variant v;
+            v.grad = true;
+            v.grad_dtype = g;
+            v.activation = act;
+            v.bias = bias;
+            v.grad_pad = strided != 0 ? 5 : 0;
+            v.grad_col_stride = strided != 0 ? 3 : 1;
+            v.c_dtype = dtypes[seed % 3];
+            v.a_dtype = dtypes[(seed / 3) % 3];
+            v.forward = seed % 4 != 0;
+            v.specials = seed % 5 == 0 && s.r > 0;  // specials write A and w
+            check(s, v, ++seed);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuGemm, EmptyReductionAndOutputs) {
   check({5, 17, 0}, Variant{}, 1);
   Variant v;
@@ -231,6 +280,77 @@ TEST(CpuGemm, RowAloneEqualsRowInBatch) {
           << "row " << i << " isa " << isa_name(isa);
     }
   }
+}
+
+// The vector epilogue's activations give the scalar contract functions' bits: every bf16
+// value (every sign, exponent and top mantissa bits), a dense sweep of [-16, 16], values
+// around each branch boundary, and random bit patterns; the backward with random and
+// special dy. `exhaustive` runs every fp32 bit pattern instead of the random ones.
+void check_activations(bool exhaustive) {
+  std::vector<float> z;
+  for (std::uint32_t h = 0; h < 65536; ++h) z.push_back(contract::float_of(h << 16));
+  for (float v = -16.0f; v <= 16.0f; v += 1.0f / 4096) z.push_back(v);
+  for (float edge : {88.72283935546875f, -103.97208404541015625f, 0.625f, 9.1f, 44.36f,
+                     -88.72283935546875f, 103.97208404541015625f, 0.0f, 87.3f, -87.3f}) {
+    std::uint32_t bits = contract::bits_of(edge);
+    for (std::uint32_t d = 0; d < 64; ++d) {
+      z.push_back(contract::float_of(bits + d));
+      z.push_back(contract::float_of(bits - d));
+      z.push_back(-contract::float_of(bits + d));
+      z.push_back(-contract::float_of(bits - d));
+    }
+  }
+  std::mt19937 rng(5);
+  if (!exhaustive) {
+    for (int i = 0; i < (1 << 20); ++i)
+      z.push_back(contract::float_of(static_cast<std::uint32_t>(rng())));
+  }
+  std::normal_distribution<float> normal;
+  std::vector<float> dy(z.size()), out(z.size());
+  for (std::size_t i = 0; i < dy.size(); ++i) {
+    dy[i] = i % 97 == 0 ? contract::float_of(static_cast<std::uint32_t>(rng())) : normal(rng);
+  }
+  const Activation activations[] = {Activation::None, Activation::GeluTanh, Activation::Silu};
+  const auto compare = [&](Isa isa, const std::vector<float>& zs, std::int64_t count) {
+    for (Activation act : activations) {
+      for (bool backward : {false, true}) {
+        cpu::gemm_epilogue_activation(isa, act, zs.data(), backward ? dy.data() : nullptr,
+                                      out.data(), count);
+        for (std::int64_t i = 0; i < count; ++i) {
+          const float want = backward ? contract::activate_backward(act, dy[i], zs[i])
+                                      : contract::activate(act, zs[i]);
+          // A NaN's sign and payload are not the contract's (every store canonicalises
+          // it): whichever operand's NaN an instruction keeps.
+          if (contract::is_nan(want) && contract::is_nan(out[i])) continue;
+          ASSERT_EQ(contract::bits_of(out[i]), contract::bits_of(want))
+              << "isa " << isa_name(isa) << " act " << static_cast<int>(act) << " backward "
+              << backward << " z " << zs[i] << " (0x" << std::hex << contract::bits_of(zs[i])
+              << ") dy " << dy[i];
+        }
+      }
+    }
+  };
+  for (Isa isa : isas()) {
+    compare(isa, z, static_cast<std::int64_t>(z.size()));
+    if (!exhaustive) continue;
+    std::vector<float> chunk(dy.size());
+    for (std::uint64_t first = 0; first < (std::uint64_t{1} << 32); first += chunk.size()) {
+      const std::uint64_t count =
+          std::min<std::uint64_t>(chunk.size(), (std::uint64_t{1} << 32) - first);
+      for (std::uint64_t i = 0; i < count; ++i)
+        chunk[i] = contract::float_of(static_cast<std::uint32_t>(first + i));
+      compare(isa, chunk, static_cast<std::int64_t>(count));
+    }
+  }
+}
+
+TEST(CpuGemm, VectorActivationsMatchScalar) {
+  check_activations(false);
+}
+
+// Every fp32 (minutes): --gtest_also_run_disabled_tests --gtest_filter=*Exhaustive*
+TEST(CpuGemm, DISABLED_VectorActivationsExhaustive) {
+  check_activations(true);
 }
 
 TEST(CpuGemm, Avx2NeedsFma) {

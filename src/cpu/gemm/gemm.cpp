@@ -7,6 +7,7 @@
 #include <new>
 #include <vector>
 
+#include "api/float_env.hpp"
 #include "cpu/gemm/gemm_tile.hpp"
 #include "cpu/thread_pool.hpp"
 #include "kernel_align/contract/convert.hpp"
@@ -16,9 +17,8 @@ namespace kernel_align::cpu {
 namespace {
 
 // Rows of A that one task keeps in L2 (a block of A panels) while it walks its B panels:
-// 24 rows x 3072 r x 4 bytes is 288 KB, beside one B panel of 3072 x 32 x 4 = 384 KB
-// (measured on a 2 MB L2: 24 rows ran slightly faster than 12, 48 or 96).
-constexpr std::int64_t kBlockRows = 24;
+// the B panels stream from memory once per block, so more rows read B fewer times.
+constexpr std::int64_t kBlockRows = 96;
 // Leaves of r one pass over a block's tiles covers: the B panel's part, 128 r x 32 x 4 =
 // 16 KB, then stays in L1 while every A panel of the block uses it.
 constexpr std::int64_t kLeavesPerPass = 4;
@@ -28,11 +28,23 @@ struct AlignedFree {
 };
 using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
 
-AlignedFloats allocate_floats(std::int64_t count) {
-  return AlignedFloats(static_cast<float*>(
-      ::operator new[](static_cast<std::size_t>(std::max<std::int64_t>(count, 1)) * sizeof(float),
-                       std::align_val_t{64})));
-}
+// A buffer kept between calls (one per thread: thread_local), grown as needed, so that a
+// warm call allocates nothing and touches no fresh page.
+class Workspace {
+ public:
+  float* get(std::int64_t count) {
+    if (count > size_) {
+      data_.reset(static_cast<float*>(
+          ::operator new[](static_cast<std::size_t>(count) * sizeof(float), std::align_val_t{64})));
+      size_ = count;
+    }
+    return data_.get();
+  }
+
+ private:
+  AlignedFloats data_;
+  std::int64_t size_ = 0;
+};
 
 bool cpu_has_fma() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,17 +55,36 @@ bool cpu_has_fma() {
 #endif
 }
 
-const GemmKernel& kernel_for(Isa isa) {
+const GemmPath& path_for(Isa isa) {
   switch (isa) {
 #if defined(__x86_64__) || defined(__i386__)
     case Isa::Avx512:
-      return gemm_kernel_avx512();
+      return gemm_path_avx512();
     case Isa::Avx2:
-      return gemm_kernel_avx2();
+      return gemm_path_avx2();
 #endif
     default:
-      return gemm_kernel_portable();
+      return gemm_path_portable();
   }
+}
+
+// The micro-kernel for M rows: the main one (the path's last), except for a few rows
+// (at most 16, where the call streams the weight and the padding of the main kernel's
+// rows would cost compute): the kernel that pads M the least, the larger on a tie.
+const GemmKernel& kernel_for(const GemmPath& path, std::int64_t m) {
+  const GemmKernel& main = path.kernels[path.kernel_count - 1];
+  if (m > 16) return main;
+  const GemmKernel* best = &main;
+  std::int64_t best_rows = (m + main.mr - 1) / main.mr * main.mr;
+  for (int i = path.kernel_count - 2; i >= 0; --i) {
+    const GemmKernel& k = path.kernels[i];
+    const std::int64_t rows = (m + k.mr - 1) / k.mr * k.mr;
+    if (rows < best_rows) {
+      best = &k;
+      best_rows = rows;
+    }
+  }
+  return *best;
 }
 
 // Copies `count` elements of `m` starting at element `offset`, `step` apart, widened to
@@ -81,21 +112,29 @@ void widen(const detail::GemmMatrix& m, std::int64_t offset, std::int64_t step, 
   }
 }
 
-// A panel of `width` lines of a matrix, r-major: line l (a row of A, a column of B),
-// element k at dst[k * width + l]; lines past `lines` are +0. `line_stride` and
-// `r_stride` are the matrix's element strides along the lines and along r.
-void pack_panel(const detail::GemmMatrix& m, std::int64_t first_line, std::int64_t lines,
-                std::int64_t line_stride, std::int64_t r_stride, std::int64_t r, int width,
-                float* dst) {
+// Part [k_begin, k_end) of a panel of `width` lines of a matrix, r-major: line l (a row
+// of A, a column of B), element k at dst[(k - k_begin) * width + l]; lines past `lines`
+// are +0. `line_stride` and `r_stride` are the matrix's element strides along the lines
+// and along r.
+void pack_panel(const GemmPath& path, const detail::GemmMatrix& m, std::int64_t first_line,
+                std::int64_t lines, std::int64_t line_stride, std::int64_t r_stride,
+                std::int64_t k_begin, std::int64_t k_end, int width, float* dst) {
   const std::int64_t present = std::min<std::int64_t>(width, lines - first_line);
+  const std::int64_t r = k_end - k_begin;
+  if (r_stride == 1 && path.pack_lines != nullptr) {
+    path.pack_lines({m.data, m.dtype, first_line * line_stride + k_begin, line_stride,
+                     static_cast<int>(present), width, k_begin, k_end, dst});
+    return;
+  }
   if (r_stride <= line_stride) {
     // Each line is contiguous (or nearly) along r: read lines, scatter by `width`.
     for (std::int64_t l = 0; l < present; ++l) {
-      widen(m, (first_line + l) * line_stride, r_stride, r, dst + l, width);
+      widen(m, (first_line + l) * line_stride + k_begin * r_stride, r_stride, r, dst + l, width);
     }
   } else {
     for (std::int64_t k = 0; k < r; ++k) {
-      widen(m, first_line * line_stride + k * r_stride, line_stride, present, dst + k * width, 1);
+      widen(m, first_line * line_stride + (k_begin + k) * r_stride, line_stride, present,
+            dst + k * width, 1);
     }
   }
   for (std::int64_t l = present; l < width; ++l) {
@@ -112,57 +151,82 @@ Isa gemm_isa(Isa requested) {
 
 void gemm(const detail::GemmProblem& p, int threads, Isa isa) {
   if (p.m == 0 || p.n == 0) return;
-  const GemmKernel& kernel = kernel_for(gemm_isa(isa));
+  const GemmPath& path = path_for(gemm_isa(isa));
+  const GemmKernel& kernel = kernel_for(path, p.m);
   const int mr = kernel.mr;
   const int nr = kernel.nr;
   const std::int64_t m_panels = (p.m + mr - 1) / mr;
   const std::int64_t n_panels = (p.n + nr - 1) / nr;
   const std::int64_t a_panel_size = p.r * mr;
   const std::int64_t b_panel_size = p.r * nr;
+  const std::int64_t leaves = contract::linear_leaf_count(p.r);
   ThreadPool& pool = ThreadPool::instance();
 
-  const AlignedFloats packed_b = allocate_floats(n_panels * b_panel_size);
-  pool.run(threads, n_panels, [&](std::int64_t panel) {
-    pack_panel(p.b, panel * nr, p.n, p.b.col_stride, p.b.row_stride, p.r, nr,
-               packed_b.get() + panel * b_panel_size);
-  });
-  const AlignedFloats packed_a = allocate_floats(m_panels * a_panel_size);
-  pool.run(threads, m_panels, [&](std::int64_t panel) {
-    pack_panel(p.a, panel * mr, p.m, p.a.row_stride, p.a.col_stride, p.r, mr,
-               packed_a.get() + panel * a_panel_size);
-  });
-  std::vector<float> bias;
-  if (p.bias) {
-    bias.assign(static_cast<std::size_t>(n_panels * nr), 0.0f);
-    widen(*p.bias, 0, p.bias->col_stride, p.n, bias.data(), 1);
-  }
-  std::vector<std::uint8_t> merges(static_cast<std::size_t>(contract::linear_leaf_count(p.r)));
+  // The calling thread's buffers (the workers only read them during the call, through
+  // the local pointers below: a thread_local named in a task would be the worker's own).
+  thread_local Workspace a_space, b_space, bias_space;
+  thread_local std::vector<std::uint8_t> merges;
+  merges.resize(static_cast<std::size_t>(leaves));
   contract::LinearTreeSchedule schedule(p.r);
   for (std::uint8_t& count : merges)
     count = static_cast<std::uint8_t>(schedule.merges_after_leaf());
+  // A local pointer: inside the tasks' lambda `merges` would name the worker's own.
+  const std::uint8_t* const merge_counts = merges.data();
+  float* const bias = p.bias ? bias_space.get(n_panels * nr) : nullptr;
+  if (p.bias) {
+    std::fill(bias, bias + n_panels * nr, 0.0f);
+    widen(*p.bias, 0, p.bias->col_stride, p.n, bias, 1);
+  }
 
   // Tasks: a block of A panels times a run of B panels. Which thread runs a task, and
   // how C is cut into tasks, change no output bit: every element's operations are its
   // tile's, and a tile is the same wherever it is computed.
   const std::int64_t panels_per_block = std::max<std::int64_t>(1, kBlockRows / mr);
   const std::int64_t m_blocks = (m_panels + panels_per_block - 1) / panels_per_block;
+  // One block: each B panel serves one task, which packs it itself, pass by pass, into
+  // L1 (the weight is read once, straight from the caller's memory). Else B is packed
+  // once for all blocks.
+  const bool pack_b_in_task = m_blocks == 1;
   const std::int64_t wanted_tasks = 4 * static_cast<std::int64_t>(threads);
   const std::int64_t n_runs =
       std::min(n_panels, std::max<std::int64_t>(1, (wanted_tasks + m_blocks - 1) / m_blocks));
   const std::int64_t panels_per_run = (n_panels + n_runs - 1) / n_runs;
   const std::int64_t stack_size = contract::linear_tree_depth(p.r) * mr * nr;
-  const std::int64_t leaves = contract::linear_leaf_count(p.r);
+
+  float* const packed_b = pack_b_in_task ? nullptr : b_space.get(n_panels * b_panel_size);
+  if (!pack_b_in_task) {
+    pool.run(threads, n_panels, [&](std::int64_t panel) {
+      pack_panel(path, p.b, panel * nr, p.n, p.b.col_stride, p.b.row_stride, 0, p.r, nr,
+                 packed_b + panel * b_panel_size);
+    });
+  }
+  float* const packed_a = a_space.get(m_panels * a_panel_size);
+  pool.run(threads, m_panels, [&](std::int64_t panel) {
+    pack_panel(path, p.a, panel * mr, p.m, p.a.row_stride, p.a.col_stride, 0, p.r, mr,
+               packed_a + panel * a_panel_size);
+  });
 
   pool.run(threads, m_blocks * n_runs, [&](std::int64_t task) {
+    // Pool threads compute under the contract's floating-point environment whatever they
+    // inherited (no flush-to-zero, round to nearest), as the calling thread does.
+    const detail::ContractFloatEnvironment env;
     const std::int64_t block = task / n_runs;
     const std::int64_t run = task % n_runs;
-    // One stack per tile of the block, in L2.
-    const AlignedFloats stacks = allocate_floats(panels_per_block * stack_size);
-    std::vector<int> depths(static_cast<std::size_t>(panels_per_block));
+    // One stack per tile of the block, in L2, and the B chunk a pass packs.
+    thread_local Workspace stack_space, chunk_space;
+    thread_local std::vector<int> depths;
+    float* const stacks = stack_space.get(panels_per_block * stack_size);
+    float* const chunk =
+        pack_b_in_task ? chunk_space.get(kLeavesPerPass * contract::kLinearLeaf * nr) : nullptr;
+    depths.resize(static_cast<std::size_t>(panels_per_block));
     GemmTile tile{};
     tile.r = p.r;
-    tile.merges = merges.data();
+    tile.merges = merge_counts;
     tile.activation = p.activation;
+    tile.grad = p.grad_out ? p.grad_out->data : nullptr;
+    tile.grad_dtype = p.grad_out ? p.grad_out->dtype : DType::F32;
+    tile.grad_row_stride = p.grad_out ? p.grad_out->row_stride : 0;
+    tile.grad_col_stride = p.grad_out ? p.grad_out->col_stride : 0;
     tile.c = p.c;
     tile.c_dtype = p.c_dtype;
     tile.c_row_stride = p.c_row_stride;
@@ -170,28 +234,47 @@ void gemm(const detail::GemmProblem& p, int threads, Isa isa) {
     const std::int64_t panel_end = std::min(n_panels, (run + 1) * panels_per_run);
     const std::int64_t block_end = std::min(m_panels, (block + 1) * panels_per_block);
     for (std::int64_t np = run * panels_per_run; np < panel_end; ++np) {
-      tile.b_panel = packed_b.get() + np * b_panel_size;
       tile.cols = static_cast<int>(std::min<std::int64_t>(nr, p.n - np * nr));
-      tile.bias = p.bias ? bias.data() + np * nr : nullptr;
+      tile.bias = p.bias ? bias + np * nr : nullptr;
       std::fill(depths.begin(), depths.end(), 0);
       // Leaves in passes (at least one pass: R = 0 still stores its +0 sums).
       std::int64_t leaf = 0;
       do {
         tile.leaf_begin = leaf;
         tile.leaf_end = std::min(leaves, leaf + kLeavesPerPass);
+        if (pack_b_in_task) {
+          const std::int64_t k_begin = contract::linear_leaf_begin(tile.leaf_begin);
+          pack_panel(path, p.b, np * nr, p.n, p.b.col_stride, p.b.row_stride, k_begin,
+                     std::min(p.r, contract::linear_leaf_begin(tile.leaf_end)), nr, chunk);
+          tile.b_panel = chunk;
+          tile.b_first_r = k_begin;
+        } else {
+          tile.b_panel = packed_b + np * b_panel_size;
+          tile.b_first_r = 0;
+        }
         for (std::int64_t mp = block * panels_per_block; mp < block_end; ++mp) {
           const std::int64_t in_block = mp - block * panels_per_block;
-          tile.a_panel = packed_a.get() + mp * a_panel_size;
-          tile.stack = stacks.get() + in_block * stack_size;
+          tile.a_panel = packed_a + mp * a_panel_size;
+          tile.stack = stacks + in_block * stack_size;
           tile.depth = &depths[static_cast<std::size_t>(in_block)];
           tile.rows = static_cast<int>(std::min<std::int64_t>(mr, p.m - mp * mr));
           tile.c_offset = mp * mr * p.c_row_stride + np * nr * p.c_col_stride;
+          tile.grad_offset = mp * mr * tile.grad_row_stride + np * nr * tile.grad_col_stride;
           kernel.run_tile(tile);
         }
         leaf = tile.leaf_end;
       } while (leaf < leaves);
     }
   });
+}
+
+}  // namespace kernel_align::cpu
+
+namespace kernel_align::cpu {
+
+void gemm_epilogue_activation(Isa isa, contract::Activation activation, const float* z,
+                              const float* dy, float* out, std::int64_t count) {
+  path_for(gemm_isa(isa)).activation(activation, z, dy, out, count);
 }
 
 }  // namespace kernel_align::cpu

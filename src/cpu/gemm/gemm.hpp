@@ -14,7 +14,14 @@ namespace kernel_align::cpu {
 Isa gemm_isa(Isa requested);
 
 // C of `p` with at most `threads` threads on the micro-kernel of gemm_isa(isa). `isa`
-// must be supported by this CPU (at most best_isa()).
+// must be supported by this CPU (at most best_isa()). Packing buffers are kept between
+// calls (per calling thread and per worker), so a warm call allocates nothing.
 void gemm(const detail::GemmProblem& p, int threads, Isa isa);
+
+// out[i] = contract::activate(activation, z[i]) (dy null) or
+// contract::activate_backward(activation, dy[i], z[i]), computed by the vector epilogue of
+// gemm_isa(isa)'s path (for the tests: it must give the scalar functions' bits).
+void gemm_epilogue_activation(Isa isa, contract::Activation activation, const float* z,
+                              const float* dy, float* out, std::int64_t count);
 
 }  // namespace kernel_align::cpu

@@ -1,8 +1,10 @@
 // The AVX2 GEMM path: 6 x 16 tiles (12 ymm accumulators, two B vectors, one broadcast
-// of A). Compiled with -mavx2 -mfma -mf16c (kernels.cmake): unlike the row kernels'
-// avx2.cpp, this file needs FMA, and the driver takes it only where the CPU has FMA.
+// of A), and 1, 2 and 4 x 16 tiles for calls of a few rows. Compiled with -mavx2 -mfma
+// -mf16c (kernels.cmake): unlike the row kernels' avx2.cpp, this file needs FMA, and the
+// driver takes it only where the CPU has FMA.
 #include <immintrin.h>
 
+#include "cpu/gemm/activation_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -10,6 +12,7 @@ namespace {
 
 struct Avx2GemmOps {
   using F = __m256;
+  using M = __m256;  // all-ones lanes
   static constexpr int kWidth = 8;
   static F zero() { return _mm256_setzero_ps(); }
   static F load(const float* p) { return _mm256_loadu_ps(p); }
@@ -23,17 +26,93 @@ struct Avx2GemmOps {
         _mm256_set1_epi32(static_cast<int>(contract::canonical_nan_bits(DType::F32))));
     _mm256_storeu_ps(p, _mm256_blendv_ps(v, canonical, nan));
   }
+
+  // The epilogue.
+  static F load_widened(DType t, const void* base, std::int64_t index) {
+    const auto* h = static_cast<const std::uint16_t*>(base) + index;
+    switch (t) {
+      case DType::BF16: {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+      }
+      case DType::F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+      case DType::F32:
+        break;
+    }
+    return _mm256_loadu_ps(static_cast<const float*>(base) + index);
+  }
+  static void store_output(DType t, void* base, std::int64_t index, F v) {
+    if (t == DType::F32) {
+      store_f32_output(static_cast<float*>(base) + index, v);
+      return;
+    }
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    __m128i h;
+    if (t == DType::BF16) {
+      const __m256i bits = _mm256_castps_si256(v);
+      const __m256i lowest_kept =
+          _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+      const __m256i rounded =
+          _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lowest_kept);
+      __m256i high = _mm256_srli_epi32(rounded, 16);
+      high = _mm256_blendv_epi8(high, _mm256_set1_epi32(0x7FC0), nan);
+      const __m256i packed = _mm256_packus_epi32(high, high);  // lanes 0-3 | 0-3, 4-7 | 4-7
+      h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+    } else {
+      h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+      const __m128i nan16 =
+          _mm_packs_epi32(_mm256_castsi256_si128(nan), _mm256_extracti128_si256(nan, 1));
+      h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7E00), nan16);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(base) + index), h);
+  }
+
+  // SimdActivation's operations.
+  static F set1(float v) { return _mm256_set1_ps(v); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F div(F a, F b) { return _mm256_div_ps(a, b); }
+  static M lt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static M le(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
+  static M gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static M ge(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  static M is_nan(F a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+  static F select(M m, F if_true, F if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
+  static F and_bits(F a, std::uint32_t bits) {
+    return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(bits))));
+  }
+  static F xor_bits(F a, std::uint32_t bits) {
+    return _mm256_xor_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(bits))));
+  }
+  static F or_bits(F a, F b) { return _mm256_or_ps(a, b); }
+  static F pow2(F kf) {
+    const __m256i k = _mm256_cvtps_epi32(kf);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+  }
+  static F activate(contract::Activation a, F z) {
+    return SimdActivation<Avx2GemmOps>::activate(a, z);
+  }
+  static F activate_backward(contract::Activation a, F dy, F z) {
+    return SimdActivation<Avx2GemmOps>::activate_backward(a, dy, z);
+  }
 };
 
-constexpr int kMr = 6;
 constexpr int kNv = 2;
+
+const GemmKernel kKernels[] = {
+    {1, kNv * 8, &run_gemm_tile<Avx2GemmOps, 1, kNv>},
+    {2, kNv * 8, &run_gemm_tile<Avx2GemmOps, 2, kNv>},
+    {4, kNv * 8, &run_gemm_tile<Avx2GemmOps, 4, kNv>},
+    {6, kNv * 8, &run_gemm_tile<Avx2GemmOps, 6, kNv>},
+};
 
 }  // namespace
 
-const GemmKernel& gemm_kernel_avx2() {
-  static const GemmKernel kernel{kMr, kNv * Avx2GemmOps::kWidth,
-                                 &run_gemm_tile<Avx2GemmOps, kMr, kNv>};
-  return kernel;
+const GemmPath& gemm_path_avx2() {
+  static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
+                             nullptr, &run_activation<Avx2GemmOps>};
+  return path;
 }
 
 }  // namespace kernel_align::cpu

@@ -16,17 +16,32 @@ struct PortableGemmOps {
   static F add(F a, F b) { return contract::add(a, b); }
   static void store(float* p, F v) { *p = v; }
   static void store_f32_output(float* p, F v) { *p = contract::stored_f32(v); }
+  static F load_widened(DType t, const void* base, std::int64_t index) {
+    return contract::load_f32(t, base, index);
+  }
+  static void store_output(DType t, void* base, std::int64_t index, F v) {
+    contract::store_output(t, base, index, v);
+  }
+  static F activate(contract::Activation a, F z) { return contract::activate(a, z); }
+  static F activate_backward(contract::Activation a, F dy, F z) {
+    return contract::activate_backward(a, dy, z);
+  }
 };
 
 constexpr int kMr = 4;
 constexpr int kNv = 8;
 
+const GemmKernel kKernels[] = {
+    {1, kNv, &run_gemm_tile<PortableGemmOps, 1, kNv>},
+    {kMr, kNv, &run_gemm_tile<PortableGemmOps, kMr, kNv>},
+};
+
 }  // namespace
 
-const GemmKernel& gemm_kernel_portable() {
-  static const GemmKernel kernel{kMr, kNv * PortableGemmOps::kWidth,
-                                 &run_gemm_tile<PortableGemmOps, kMr, kNv>};
-  return kernel;
+const GemmPath& gemm_path_portable() {
+  static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
+                             nullptr, &run_activation<PortableGemmOps>};
+  return path;
 }
 
 }  // namespace kernel_align::cpu

@@ -13,7 +13,8 @@ namespace kernel_align::cpu {
 
 struct GemmTile {
   const float* a_panel;  // MR rows, r-major: element (i, k) at a_panel[k * MR + i]
-  const float* b_panel;  // NR columns, r-major: element (k, j) at b_panel[k * NR + j]
+  const float* b_panel;  // NR columns, r-major: element (k, j) at b_panel[(k - b_first_r) * NR + j]
+  std::int64_t b_first_r;  // the first r b_panel holds (a multiple of the leaf)
   std::int64_t r;
   // This call's leaves: [leaf_begin, leaf_end). A tile's leaves may come in several
   // calls (cache blocking over r); between them its whole state is its stack and depth,
@@ -27,21 +28,53 @@ struct GemmTile {
       cols;  // the valid part of the tile (edge tiles are smaller); stored after the last leaf
   const float* bias;  // NR widened values for the tile's columns, or nullptr
   contract::Activation activation;
+  // grad_out (GemmProblem::grad_out) or nullptr: then C = the activation's backward of
+  // grad_out at S (+ bias) (contract::linear_activation_grad) instead of the forward.
+  const void* grad;
+  DType grad_dtype;
+  std::int64_t grad_offset;  // element index of the tile's (0, 0)
+  std::int64_t grad_row_stride, grad_col_stride;
   void* c;  // C's data
   DType c_dtype;
   std::int64_t c_offset;  // element index of the tile's (0, 0)
   std::int64_t c_row_stride, c_col_stride;
 };
 
-// A path's micro-kernel and its register-block shape.
+// Packing of `width` lines (rows of A, columns of B) whose elements are contiguous along
+// r: element (l, k) at data[offset + l * line_stride + k]. For k in [k_begin, k_end)
+// writes dst[(k - k_begin) * width + l], widened exactly to fp32; lines l >= lines
+// (the edge of the matrix) are +0.
+struct GemmPackLines {
+  const void* data;
+  DType dtype;
+  std::int64_t offset, line_stride;
+  int lines, width;
+  std::int64_t k_begin, k_end;
+  float* dst;
+};
+
+// A micro-kernel and its register-block shape.
 struct GemmKernel {
   int mr;
   int nr;
   void (*run_tile)(const GemmTile& tile);
 };
 
-const GemmKernel& gemm_kernel_portable();
-const GemmKernel& gemm_kernel_avx2();    // needs AVX2 and FMA
-const GemmKernel& gemm_kernel_avx512();  // needs AVX-512 F (FMA included)
+// An instruction-set path: its micro-kernels, all of one NR, by increasing MR (the last
+// is the main one, the others serve a few rows, weight-streaming calls), its packing of
+// lines contiguous along r (nullptr: the driver's scalar packing), and the vector
+// activation its epilogue uses, for the tests: out[i] = activate(z[i]), or with dy
+// activate_backward(dy[i], z[i]).
+struct GemmPath {
+  const GemmKernel* kernels;
+  int kernel_count;
+  void (*pack_lines)(const GemmPackLines& job);
+  void (*activation)(contract::Activation activation, const float* z, const float* dy, float* out,
+                     std::int64_t count);
+};
+
+const GemmPath& gemm_path_portable();
+const GemmPath& gemm_path_avx2();    // needs AVX2 and FMA
+const GemmPath& gemm_path_avx512();  // needs AVX-512 F (FMA included)
 
 }  // namespace kernel_align::cpu

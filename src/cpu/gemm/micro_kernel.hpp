@@ -9,11 +9,15 @@
 //   pop a tile of the stack (in memory, L1/L2) and add it lane-wise, newest first;
 //   then push the tile, except after the last leaf, whose tile is S. A call may run
 //   part of the leaves (GemmTile::leaf_begin/leaf_end); the stack carries the rest.
-// - Epilogue: bias add, activation, NaN canonicalised, one rounding to C's dtype.
+// - Epilogue: bias add, activation (or its backward of grad_out), NaN canonicalised, one
+//   rounding to C's dtype.
 //
 // V provides, for its register type F of kWidth fp32 lanes: zero(), load(const float*),
 // broadcast(const float*), fma(a, b, c) = a * b + c rounded once, add(a, b), store(float*,
-// F), and store_f32_output(float*, F): the contract's fp32 store (NaN lanes canonical).
+// F), and store_f32_output(float*, F): the contract's fp32 store (NaN lanes canonical);
+// for the epilogue load_widened(DType, const void*, index) (kWidth contiguous elements
+// widened exactly), store_output(DType, void*, index, F) (contract::store_output of each
+// lane), activate(Activation, F) and activate_backward(Activation, F dy, F z).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,56 @@ namespace {
 
 #define KA_GEMM_UNROLL _Pragma("GCC unroll 32")
 
+// The epilogue of one tile: C[i, j] = store_output(act(S + bias)) or, with grad_out,
+// store_output(act_backward(grad_out, S + bias)), a vector of kWidth columns at a time
+// (V::activate, V::activate_backward: the contract's functions lane by lane), stored as
+// whole vectors where the tile's row has kWidth valid, contiguous columns of C, else
+// element by element through the contract's scalar store.
+template <class V, int MR, int NV>
+void store_tile_epilogue(const GemmTile& tile, const float* sums) {
+  using F = typename V::F;
+  constexpr int kWidth = V::kWidth;
+  constexpr int NR = NV * kWidth;
+  alignas(64) float lanes[kWidth];
+  for (int i = 0; i < tile.rows; ++i) {
+    for (int j = 0; j < NV; ++j) {
+      const int first = j * kWidth;
+      const int valid = tile.cols - first < kWidth ? tile.cols - first : kWidth;
+      if (valid <= 0) break;
+      F v = V::load(sums + i * NR + first);
+      if (tile.bias != nullptr) v = V::add(v, V::load(tile.bias + first));
+      F out;
+      if (tile.grad != nullptr) {
+        const std::int64_t g =
+            tile.grad_offset + i * tile.grad_row_stride + first * tile.grad_col_stride;
+        F dy;
+        if (valid == kWidth && tile.grad_col_stride == 1) {
+          dy = V::load_widened(tile.grad_dtype, tile.grad, g);
+        } else {
+          for (int l = 0; l < kWidth; ++l) {
+            lanes[l] = l < valid ? contract::load_f32(tile.grad_dtype, tile.grad,
+                                                      g + l * tile.grad_col_stride)
+                                 : 0.0f;
+          }
+          dy = V::load(lanes);
+        }
+        out = V::activate_backward(tile.activation, dy, v);
+      } else {
+        out = V::activate(tile.activation, v);
+      }
+      const std::int64_t c = tile.c_offset + i * tile.c_row_stride + first * tile.c_col_stride;
+      if (valid == kWidth && tile.c_col_stride == 1) {
+        V::store_output(tile.c_dtype, tile.c, c, out);
+      } else {
+        V::store(lanes, out);
+        for (int l = 0; l < valid; ++l) {
+          contract::store_output(tile.c_dtype, tile.c, c + l * tile.c_col_stride, lanes[l]);
+        }
+      }
+    }
+  }
+}
+
 template <class V, int MR, int NV>
 void run_gemm_tile(const GemmTile& tile) {
   using F = typename V::F;
@@ -39,7 +93,7 @@ void run_gemm_tile(const GemmTile& tile) {
     KA_GEMM_UNROLL for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
   }
   const float* a = tile.a_panel + tile.leaf_begin * contract::kLinearLeaf * MR;
-  const float* b = tile.b_panel + tile.leaf_begin * contract::kLinearLeaf * NR;
+  const float* b = tile.b_panel + (tile.leaf_begin * contract::kLinearLeaf - tile.b_first_r) * NR;
   const std::int64_t leaves = contract::linear_leaf_count(tile.r);
   int depth = *tile.depth;
   for (std::int64_t leaf = tile.leaf_begin; leaf < tile.leaf_end; ++leaf) {
@@ -49,6 +103,8 @@ void run_gemm_tile(const GemmTile& tile) {
     const std::int64_t left = tile.r - contract::linear_leaf_begin(leaf);
     const int steps = left < contract::kLinearLeaf ? static_cast<int>(left) : contract::kLinearLeaf;
     for (int k = 0; k < steps; ++k, a += MR, b += NR) {
+      // The A panel streams from L2: fetch a few steps ahead.
+      __builtin_prefetch(a + 16 * MR);
       F bv[NV];
       KA_GEMM_UNROLL for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * kWidth);
       KA_GEMM_UNROLL for (int i = 0; i < MR; ++i) {
@@ -75,10 +131,10 @@ void run_gemm_tile(const GemmTile& tile) {
   *tile.depth = depth;
   if (tile.leaf_end < leaves) return;
 
-  // Full fp32 tiles without activation, C's rows contiguous: whole vectors. Anything
-  // else element by element through the contract's scalar functions.
+  // Full fp32 tiles without activation, C's rows contiguous: whole vectors from the
+  // registers. Anything else through the vector epilogue.
   if (tile.rows == MR && tile.cols == NR && tile.c_dtype == DType::F32 && tile.c_col_stride == 1 &&
-      tile.activation == contract::Activation::None) {
+      tile.activation == contract::Activation::None && tile.grad == nullptr) {
     float* c = static_cast<float*>(tile.c) + tile.c_offset;
     KA_GEMM_UNROLL for (int i = 0; i < MR; ++i) {
       KA_GEMM_UNROLL for (int j = 0; j < NV; ++j) {
@@ -93,13 +149,26 @@ void run_gemm_tile(const GemmTile& tile) {
   KA_GEMM_UNROLL for (int i = 0; i < MR; ++i) {
     KA_GEMM_UNROLL for (int j = 0; j < NV; ++j) V::store(sums + i * NR + j * kWidth, acc[i][j]);
   }
-  for (int i = 0; i < tile.rows; ++i) {
-    for (int j = 0; j < tile.cols; ++j) {
-      const float out = contract::linear_output(
-          sums[i * NR + j], tile.bias != nullptr ? tile.bias + j : nullptr, tile.activation);
-      contract::store_output(tile.c_dtype, tile.c,
-                             tile.c_offset + i * tile.c_row_stride + j * tile.c_col_stride, out);
+  store_tile_epilogue<V, MR, NV>(tile, sums);
+}
+
+// GemmPath::activation over V.
+template <class V>
+void run_activation(contract::Activation activation, const float* z, const float* dy, float* out,
+                    std::int64_t count) {
+  using F = typename V::F;
+  constexpr int kWidth = V::kWidth;
+  alignas(64) float zs[kWidth], dys[kWidth], outs[kWidth];
+  for (std::int64_t i = 0; i < count; i += kWidth) {
+    const std::int64_t valid = count - i < kWidth ? count - i : kWidth;
+    for (int l = 0; l < kWidth; ++l) {
+      zs[l] = l < valid ? z[i + l] : 0.0f;
+      dys[l] = l < valid && dy != nullptr ? dy[i + l] : 0.0f;
     }
+    const F v = dy != nullptr ? V::activate_backward(activation, V::load(dys), V::load(zs))
+                              : V::activate(activation, V::load(zs));
+    V::store(outs, v);
+    for (int l = 0; l < valid; ++l) out[i + l] = outs[l];
   }
 }
 
