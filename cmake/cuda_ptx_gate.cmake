@@ -3,6 +3,7 @@
 #
 #   ka_ptx_gate(NAME <name> SOURCE <file.cu> ARCH <NN[a|f]>
 #               [INCLUDES <dir>...] [OPTIONS <nvcc flag>...]
+#               [FMA_IN <regex>... [FMA_COUNT <n>]]
 #               [WILL_FAIL [EXPECT <rule>...]])
 #
 # - Output: ${CMAKE_CURRENT_BINARY_DIR}/<name>.compute_<ARCH>.ptx, built as part of ALL
@@ -17,8 +18,12 @@
 # - Test ptx_gate_<name>: python3 scripts/ptx_gate.py <file.ptx>. With WILL_FAIL it is
 #   expected to fail (ctest WILL_FAIL). EXPECT adds ptx_gate_<name>_expect, which passes
 #   only if the gate reports each of these rules (fma, contractible, approx, ftz,
-#   div.full, mma, float-atomic): a WILL_FAIL test alone would also pass on a gate that
-#   crashed or a missing file.
+#   div.full, mma, float-atomic, fma-count): a WILL_FAIL test alone would also pass on a
+#   gate that crashed or a missing file.
+# - FMA_IN: fma.rn.f32 allowed inside the PTX functions whose name matches one of these
+#   regexes (the GEMM kernel's explicit __fmaf_rn leaves), refused elsewhere as always;
+#   FMA_COUNT: each such function must hold exactly <n> of them, and one must exist
+#   (scripts/ptx_gate.py --fma-in, --fma-count).
 include_guard(GLOBAL)
 
 if(NOT DEFINED KERNEL_ALIGN_CUDA_DEVICE_FLAGS)
@@ -46,7 +51,8 @@ function(_ka_ptx_gate_option_key flag out)
 endfunction()
 
 function(ka_ptx_gate)
-  cmake_parse_arguments(PARSE_ARGV 0 ARG "WILL_FAIL" "NAME;SOURCE;ARCH" "INCLUDES;OPTIONS;EXPECT")
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "WILL_FAIL" "NAME;SOURCE;ARCH;FMA_COUNT"
+                        "INCLUDES;OPTIONS;EXPECT;FMA_IN")
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "ka_ptx_gate: unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -61,6 +67,16 @@ function(ka_ptx_gate)
   endif()
   if(ARG_EXPECT AND NOT ARG_WILL_FAIL)
     message(FATAL_ERROR "ka_ptx_gate(${ARG_NAME}): EXPECT needs WILL_FAIL")
+  endif()
+  if(DEFINED ARG_FMA_COUNT AND NOT ARG_FMA_IN)
+    message(FATAL_ERROR "ka_ptx_gate(${ARG_NAME}): FMA_COUNT needs FMA_IN")
+  endif()
+  set(gate_options "")
+  foreach(regex IN LISTS ARG_FMA_IN)
+    list(APPEND gate_options --fma-in "${regex}")
+  endforeach()
+  if(DEFINED ARG_FMA_COUNT)
+    list(APPEND gate_options --fma-count "${ARG_FMA_COUNT}")
   endif()
   if(NOT CMAKE_CUDA_COMPILER)
     message(FATAL_ERROR "ka_ptx_gate(${ARG_NAME}): CMAKE_CUDA_COMPILER is not set; "
@@ -108,7 +124,7 @@ function(ka_ptx_gate)
   add_custom_target(ptx_gate_${ARG_NAME}_ptx ALL DEPENDS "${ptx}")
 
   add_test(NAME ptx_gate_${ARG_NAME} COMMAND "${Python3_EXECUTABLE}" "${KA_PTX_GATE_SCRIPT}"
-                                             "${ptx}")
+                                             ${gate_options} "${ptx}")
   set_tests_properties(ptx_gate_${ARG_NAME} PROPERTIES LABELS ptx_gate)
   if(ARG_WILL_FAIL)
     set_tests_properties(ptx_gate_${ARG_NAME} PROPERTIES WILL_FAIL TRUE)
@@ -118,8 +134,9 @@ function(ka_ptx_gate)
     foreach(rule IN LISTS ARG_EXPECT)
       list(APPEND expect --expect "${rule}")
     endforeach()
-    add_test(NAME ptx_gate_${ARG_NAME}_expect COMMAND "${Python3_EXECUTABLE}"
-                                                      "${KA_PTX_GATE_SCRIPT}" ${expect} "${ptx}")
+    add_test(NAME ptx_gate_${ARG_NAME}_expect
+             COMMAND "${Python3_EXECUTABLE}" "${KA_PTX_GATE_SCRIPT}" ${gate_options} ${expect}
+                     "${ptx}")
     set_tests_properties(ptx_gate_${ARG_NAME}_expect PROPERTIES LABELS ptx_gate)
   endif()
 endfunction()

@@ -7,6 +7,11 @@ bare `mul.f32` with a following `add.f32` into FFMA, but never one carrying an e
 rounding modifier (`mul.rn.f32`), so the gate checks PTX, where that distinction is still
 visible. See docs/ptx-gate.md.
 
+One exception, for the GEMM's leaves (the contract's one use of fma, section 10): with
+`--fma-in REGEX`, `fma.rn.f32` is allowed inside the PTX functions (.entry/.func) whose
+name matches REGEX, and nowhere else; `--fma-count N` then demands exactly N of them in
+each such function (the explicit __fmaf_rn calls, so a contraction shows as a surplus).
+
 Standard library only; Python 3.8 or later.
 """
 
@@ -17,7 +22,7 @@ import bisect
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Pattern, Sequence, Tuple
 
 # Floating-point types of PTX instructions (scalar, packed, and those of matrix ops).
 FLOAT_TYPES = frozenset({
@@ -36,6 +41,8 @@ RULES = {
     "div.full": "div.full is not correctly rounded",
     "mma": "matrix multiply-accumulate on floating types (fused, unspecified order)",
     "float-atomic": "floating atomic or reduction add (order-dependent rounding)",
+    "fma-count": "a function allowed fma.rn.f32 (--fma-in) holds another number of them "
+                 "than --fma-count, or no function matches --fma-in",
 }
 
 # Bare arithmetic that ptxas may contract (mul/add/sub) or that has no defined rounding.
@@ -54,6 +61,12 @@ _LABEL = re.compile(r"[A-Za-z_$%][\w$]*\s*:(?!:)")
 _GUARD = re.compile(r"@!?[%\w$]+\s*")
 _OPCODE = re.compile(r"[A-Za-z_]\w*(?:\.\w+(?:::\w+)*)*")
 _DIRECTIVE_WORD = re.compile(r"\.\w+")
+# A function's header: linkage directives, .entry or .func, for .func an optional return
+# parameter list, then the name.
+_FUNCTION = re.compile(r"(?:\.(?:visible|extern|weak|common)\s+)*\.(?:entry|func)\b\s*")
+_NAME = re.compile(r"[A-Za-z_$%][\w$]*")
+# The one fused instruction --fma-in allows: fp32, round to nearest even, nothing else.
+ALLOWED_FMA = ("fma", ["rn", "f32"])
 
 
 @dataclass
@@ -68,10 +81,19 @@ class Violation:
 
 
 @dataclass
+class Function:
+    name: str
+    line: int
+    allowed_fma: bool  # its name matches --fma-in
+    fma: int = 0  # fma.rn.f32 instructions in it
+
+
+@dataclass
 class Result:
     instructions: int = 0
     violations: List[Violation] = field(default_factory=list)
     has_version: bool = False
+    functions: List[Function] = field(default_factory=list)  # in order, declarations too
 
 
 def strip_comments_and_strings(text: str) -> str:
@@ -215,22 +237,79 @@ def rules_broken(base: str, mods: Sequence[str]) -> List[str]:
     return broken
 
 
-def check_text(text: str, path: str = "<ptx>") -> Result:
+def function_name(stmt: str) -> Optional[str]:
+    """The name a .entry/.func header (or declaration) statement names, else None."""
+    m = _FUNCTION.match(stmt)
+    if not m:
+        return None
+    rest = stmt[m.end():]
+    if rest.startswith("("):  # .func's return parameters
+        depth = 0
+        for i, c in enumerate(rest):
+            depth += 1 if c == "(" else (-1 if c == ")" else 0)
+            if depth == 0:
+                rest = rest[i + 1:].lstrip()
+                break
+    name = _NAME.match(rest)
+    return name.group(0) if name else None
+
+
+def check_text(text: str, path: str = "<ptx>",
+               fma_in: Sequence[Pattern[str]] = ()) -> Result:
+    """Checks PTX text. Instructions belong to the function of the last .entry/.func
+    header before them (no header occurs inside a function body); inside a function whose
+    name matches one of `fma_in`, fma.rn.f32 is allowed and counted."""
     result = Result()
     clean = strip_comments_and_strings(text)
     newlines = [i for i, c in enumerate(clean) if c == "\n"]
+    function: Optional[Function] = None
     for stmt, pos in statements(clean):
         if stmt.startswith(".version"):
             result.has_version = True
+        name = function_name(stmt)
+        if name is not None:
+            function = Function(name, bisect.bisect_left(newlines, pos) + 1,
+                                any(p.search(name) for p in fma_in))
+            result.functions.append(function)
+            continue
         parsed = parse_instruction(stmt)
         if parsed is None:
             continue
         result.instructions += 1
-        broken = rules_broken(*parsed)
+        base, mods = parsed
+        if (base, mods) == ALLOWED_FMA and function is not None and function.allowed_fma:
+            function.fma += 1
+            continue
+        broken = rules_broken(base, mods)
         if broken:
             line = bisect.bisect_left(newlines, pos) + 1
             result.violations.append(Violation(path, line, broken, " ".join(stmt.split())))
     return result
+
+
+def fma_count_violations(results: Sequence[Tuple[str, Result]], fma_count: int,
+                         patterns: Sequence[str]) -> List[Violation]:
+    """--fma-count: each function allowed fma.rn.f32 holds exactly fma_count of them, and
+    at least one such function is defined. A function defined twice (a declaration, then
+    the definition) is judged by its definition: the entry with instructions, or the last."""
+    violations = []
+    matched = 0
+    for path, result in results:
+        by_name: Dict[str, Function] = {}
+        for f in result.functions:
+            if f.allowed_fma and (f.name not in by_name or f.fma > 0):
+                by_name[f.name] = f
+        for f in by_name.values():
+            matched += 1
+            if f.fma != fma_count:
+                violations.append(Violation(
+                    path, f.line, ["fma-count"],
+                    f"{f.name} holds {f.fma} fma.rn.f32, expected {fma_count}"))
+    if matched == 0:
+        violations.append(Violation(
+            results[0][0] if results else "<ptx>", 0, ["fma-count"],
+            "no function matches --fma-in " + " ".join(patterns)))
+    return violations
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -250,10 +329,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--expect", action="append", default=[], metavar="RULE", choices=sorted(RULES),
         help="planted-test mode: succeed only if RULE is broken (repeatable); rules: " +
         ", ".join(sorted(RULES)))
+    parser.add_argument(
+        "--fma-in", action="append", default=[], metavar="REGEX",
+        help="allow fma.rn.f32 (only that form) inside the functions whose PTX name "
+        "matches REGEX (re.search; repeatable): the GEMM kernel's explicit __fmaf_rn leaves")
+    parser.add_argument(
+        "--fma-count", type=int, metavar="N",
+        help="with --fma-in: each function it matches must hold exactly N fma.rn.f32, and "
+        "at least one function must match")
     args = parser.parse_args(argv)
+    if args.fma_count is not None and not args.fma_in:
+        parser.error("--fma-count needs --fma-in")
+    try:
+        fma_in = [re.compile(p) for p in args.fma_in]
+    except re.error as e:
+        parser.error(f"--fma-in: {e}")
 
     total = 0
     violations: List[Violation] = []
+    results: List[Tuple[str, Result]] = []
     for path in args.ptx:
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
@@ -261,13 +355,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as e:
             print(f"ptx gate: error: cannot read {path}: {e.strerror}", file=sys.stderr)
             return 2
-        result = check_text(text, path)
+        result = check_text(text, path, fma_in)
         if not result.has_version:
             print(f"ptx gate: error: {path} is not PTX (no .version directive)",
                   file=sys.stderr)
             return 2
         total += result.instructions
         violations.extend(result.violations)
+        results.append((path, result))
+    if args.fma_count is not None:
+        violations.extend(fma_count_violations(results, args.fma_count, args.fma_in))
 
     for v in violations:
         print(v)

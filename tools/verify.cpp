@@ -1,5 +1,5 @@
 // kernel-align verify: every available CPU backend (each ISA path of simd) against the
-// reference backend, over every op, direction, dtype, pairing, mode and layout at the
+// reference backend, over every op, direction, dtype, pairing, mode, layout and activation at the
 // issue's shapes, with batch- and thread-count invariance (docs/verify.md).
 #include "verify.hpp"
 
@@ -175,22 +175,30 @@ void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTabl
   c.seed = seed;
   Random random(seed);
   const bool bhsd = config.layout == Layout::BHSD;
-  const std::vector<std::int64_t> batch_shape =
+  std::vector<std::int64_t> batch_shape =
       bhsd ? std::vector<std::int64_t>{kBatch, shape.heads, tables.seq, kHeadDim}
            : std::vector<std::int64_t>{kBatch, tables.seq, shape.heads, kHeadDim};
   const bool backward = config.direction == Direction::Backward;
   std::size_t tensors = 1;
-  std::size_t weights = 0;
+  // Weights of [kHeadDim] each, or linear's [kHeadDim, kHeadDim] weight and [kHeadDim] bias.
+  std::vector<std::vector<std::int64_t>> weight_shapes;
   switch (config.op) {
     case OpType::QkRmsNorm:
       tensors = backward ? 2 : 1;
-      weights = 1;
+      weight_shapes.assign(1, {kHeadDim});
       break;
     case OpType::MultiAxisRope:
       break;
     case OpType::QkNormRope:
       tensors = backward ? 4 : 2;
-      weights = 4;
+      weight_shapes.assign(4, {kHeadDim});
+      break;
+    case OpType::Linear:
+      // The sample's tokens through a kHeadDim x kHeadDim projection: x and dy are
+      // [batch, tokens, kHeadDim].
+      batch_shape = {kBatch, tables.seq, kHeadDim};
+      tensors = backward ? 2 : 1;
+      weight_shapes = {{kHeadDim, kHeadDim}, {kHeadDim}};
       break;
   }
   const NpyType type = npy_type_of(config.dtype);
@@ -199,9 +207,9 @@ void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTabl
     reused_array(a, type, batch_shape);  // the same element count in either layout
     if (!drawn) cases::fill_uniform(random, config.dtype, a.data, kInputLow, kInputWidth);
   }
-  c.weights.resize(weights);
-  for (NpyArray& a : c.weights) {
-    reused_array(a, type, {kHeadDim});
+  c.weights.resize(weight_shapes.size());
+  for (std::size_t i = 0; i < weight_shapes.size(); ++i) {
+    NpyArray& a = reused_array(c.weights[i], type, weight_shapes[i]);
     if (!drawn) cases::fill_uniform(random, config.dtype, a.data, kWeightLow, kWeightWidth);
   }
 }
@@ -285,6 +293,19 @@ void compute(const Case& c, bool whole_batch, Outputs& outputs) {
         qk_norm_rope_backward(input(0), input(1), input(2), input(3), weights, c.tables->cos(),
                               c.tables->sin(), out(0), out(1), {out(2), out(3), out(4), out(5)},
                               options);
+      }
+      break;
+    }
+    case OpType::Linear: {
+      const LinearOptions options{*config.activation};
+      if (forward) {
+        add_like_input("y");
+        linear_forward(input(0), weight(0), weight(1), out(0), options);
+      } else {
+        add_like_input("dx");
+        add("dw", c.weights[0].type, c.weights[0].shape, false);
+        add("db", c.weights[1].type, c.weights[1].shape, false);
+        linear_backward(input(0), weight(0), weight(1), input(1), out(0), out(1), out(2), options);
       }
       break;
     }
@@ -598,6 +619,7 @@ std::string json_document(const Matrix& m) {
       << ", \"pairing\": " << quoted_or_null(c.pairing, pairing_name)
       << ", \"mode\": " << quoted_or_null(c.mode, norm_mode_name)
       << ", \"layout\": " << quoted_or_null(c.layout, layout_name)
+      << ", \"activation\": " << quoted_or_null(c.activation, activation_name)
       << ", \"shape\": " << quoted(m.options->shapes[cell.shape].name) << ", \"checks\": {";
     for (std::size_t k = 0; k < kChecks; ++k) {
       j << (k == 0 ? "" : ", ") << quoted(kCheckNames[k]) << ": "
@@ -617,7 +639,7 @@ std::string padded(std::string text, std::size_t width) {
 }
 
 // The table: one row per variant, op, direction and dtype; one column per shape; a
-// cell PASSes when every pairing, mode and layout passed all three checks. Then every
+// cell PASSes when every pairing, mode, layout and activation passed all three checks. Then every
 // failing check, and the summary line.
 void print_report(const Matrix& m, std::ostream& out) {
   const std::vector<Shape>& shapes = m.options->shapes;
@@ -632,7 +654,9 @@ void print_report(const Matrix& m, std::ostream& out) {
   for (const Variant& v : m.backends.variants) {
     variant_width = std::max(variant_width, v.label().size());
   }
-  const std::size_t op_width = std::string(op_type_name(OpType::MultiAxisRope)).size();
+  std::size_t op_width = 0;
+  for (const OpType op : kOpTypes)
+    op_width = std::max(op_width, std::string(op_type_name(op)).size());
   const std::size_t direction_width = std::string("direction").size();
   const std::size_t dtype_width = std::string("dtype").size();
   std::string header = padded("variant", variant_width) + "  " + padded("op", op_width) + "  " +

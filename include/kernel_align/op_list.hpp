@@ -10,4 +10,5 @@
 #define KERNEL_ALIGN_OPS(X)         \
   X(QkRmsNorm, qk_rmsnorm)          \
   X(MultiAxisRope, multi_axis_rope) \
-  X(QkNormRope, qk_norm_rope)
+  X(QkNormRope, qk_norm_rope)       \
+  X(Linear, linear)

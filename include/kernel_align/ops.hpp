@@ -94,6 +94,31 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
                            const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options,
                            const ExecutionContext& context = {});
 
+// y = act(x w^T + b): torch's Linear under the contract's linear tree (docs/contract.md
+// section 10), so that a row of y depends on that row of x, on w and on b alone, never on
+// the other rows, the thread count, the instruction set or the device. x: [..., K] (rank
+// 1-4, leading dims that flatten to one row stride: a contiguous or row-sliced tensor),
+// weight: [N, K], bias: [N] or absent, y: [..., N] with x's leading dims; any dtypes and
+// strides otherwise (y's dtype is the output's). y may overlap no input. Errors name x
+// (rank, leading dims), weight (rank, K), bias (length), y (shape, overlap) or "backend".
+void linear_forward(const ConstTensorView& x, const ConstTensorView& weight,
+                    const std::optional<ConstTensorView>& bias, const TensorView& y,
+                    const LinearOptions& options = {}, const ExecutionContext& context = {});
+
+// Gradients of linear_forward from dy ([..., N], the shape of y), each computed where
+// given: dx (shape of x) = dz w, dw (shape of weight) = dz^T x, db ([N]; needs a bias) =
+// the sum of dz over rows, where dz = dy without an activation, else the activation's
+// backward of dy at the forward's pre-activation value, recomputed by the same tree (fp32,
+// never rounded to a narrower dtype). dw and db sum over the rows by the linear tree over
+// M: deterministic, independent of threads and instruction sets, and (as any sum over a
+// batch) not batch-invariant. No output may overlap another tensor of the call. Errors as
+// the forward, and dy, dx, dw, db (shape, overlap; db without a bias).
+void linear_backward(const ConstTensorView& x, const ConstTensorView& weight,
+                     const std::optional<ConstTensorView>& bias, const ConstTensorView& dy,
+                     const std::optional<TensorView>& dx, const std::optional<TensorView>& dw,
+                     const std::optional<TensorView>& db, const LinearOptions& options = {},
+                     const ExecutionContext& context = {});
+
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`
 // when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value

@@ -50,10 +50,24 @@ struct QkNormRopeOptions {
   std::int64_t text_len = 0;               // 0 to S (Error "text_len" otherwise)
 };
 
+// The activation linear applies after its bias (docs/contract.md section 10).
+enum class Activation : unsigned char {
+  None,
+  GeluTanh,  // tanh-approximated GELU: diffusers' FeedForward(activation_fn="gelu-approximate")
+  Silu,      // x * sigmoid(x)
+};
+
+// linear_forward / _backward.
+struct LinearOptions {
+  Activation activation = Activation::None;
+};
+
 // The names the trace, the CLI and the Python package use: "single"/"diffusers",
 // "half"/"interleaved", "bshd"/"bhsd" (the Python package's option strings).
 const char* norm_mode_name(NormMode m);
 const char* pairing_name(Pairing p);
 const char* layout_name(Layout l);
+// "none", "gelu_tanh", "silu".
+const char* activation_name(Activation a);
 
 }  // namespace kernel_align

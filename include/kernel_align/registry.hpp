@@ -22,22 +22,30 @@
 
 namespace kernel_align {
 
-// The ops of ops.hpp (op_list.hpp lists them) and their two directions: the registry's
-// keys, with the platform.
+// The ops of ops.hpp, one enumerator per row of op_list.hpp: the registry's keys, with
+// the direction and the platform.
 enum class OpType : unsigned char {
+// One enumerator per op (a local macro, undefined right after).
 #define KERNEL_ALIGN_OP_ENUMERATOR(op, name) op,
   KERNEL_ALIGN_OPS(KERNEL_ALIGN_OP_ENUMERATOR)
 #undef KERNEL_ALIGN_OP_ENUMERATOR
 };
+
+// The two directions of an op: its forward and its gradient.
 enum class Direction : unsigned char { Forward, Backward };
 
-// Every op, in enum order, and both directions.
+// Every op, in enum order.
 inline constexpr OpType kOpTypes[] = {
+// One item per op (a local macro, undefined right after).
 #define KERNEL_ALIGN_OP_ITEM(op, name) OpType::op,
     KERNEL_ALIGN_OPS(KERNEL_ALIGN_OP_ITEM)
 #undef KERNEL_ALIGN_OP_ITEM
 };
+
+// The number of ops.
 inline constexpr int kOpCount = static_cast<int>(sizeof kOpTypes / sizeof kOpTypes[0]);
+
+// Both directions, forward first.
 inline constexpr Direction kDirections[] = {Direction::Forward, Direction::Backward};
 
 // The op's name ("qk_rmsnorm", as op_list.hpp spells it); "forward", "backward" (trace

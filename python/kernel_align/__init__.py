@@ -1,5 +1,5 @@
-"""kernel-align for PyTorch: bitwise-reproducible, batch-invariant QK RMSNorm and
-multi-axis RoPE (forward and backward) as ``torch.ops.kernel_align`` custom operators,
+"""kernel-align for PyTorch: bitwise-reproducible, batch-invariant QK RMSNorm, multi-axis
+RoPE and Linear (forward and backward) as ``torch.ops.kernel_align`` custom operators,
 running the C++ library's backends: the CPU's, and the CUDA backend on CUDA tensors where
 the extension was built with it (``HAS_CUDA``). See docs/python.md and docs/api.md.
 
@@ -7,7 +7,9 @@ The diffusers attention processor lives in ``kernel_align.diffusers`` (it import
 diffusers, which this package does not require).
 
 Contents: the ops (``qk_rmsnorm``, ``multi_axis_rope``, ``multi_axis_rope_``,
-``qk_norm_rope``, ``qk_norm_rope_``: kernel_align.functional), their modules
+``qk_norm_rope``, ``qk_norm_rope_``, ``linear``: kernel_align.functional), the
+batch-invariant mode for whole models (``batch_invariant``, ``set_batch_invariant``,
+``patch_linear``: kernel_align.batch_invariant), their modules
 (``QkRmsNorm``, ``MultiAxisRope``: kernel_align.modules), positions and tables
 (``qwen_image_positions``, ``qwen_image_rope_positions``, ``rope_tables``:
 kernel_align.positions) and the runtime settings (``backends``, ``set_backend``,
@@ -30,7 +32,21 @@ Constants:
 
 from ._ops import HAS_CUDA  # loads the operators before anything uses them
 from ._ops import ops as _ops
-from .functional import multi_axis_rope, multi_axis_rope_, qk_norm_rope, qk_norm_rope_, qk_rmsnorm
+from .batch_invariant import (
+    LinearPatch,
+    batch_invariant,
+    is_batch_invariant,
+    patch_linear,
+    set_batch_invariant,
+)
+from .functional import (
+    linear,
+    multi_axis_rope,
+    multi_axis_rope_,
+    qk_norm_rope,
+    qk_norm_rope_,
+    qk_rmsnorm,
+)
 from .modules import MultiAxisRope, QkRmsNorm
 from .positions import qwen_image_positions, qwen_image_rope_positions, rope_tables
 from .runtime import (
@@ -55,6 +71,12 @@ CONTRACT_VERSION: str = _ops.contract_version()
 __all__ = [
     "HAS_CUDA",
     "CONTRACT_VERSION",
+    "linear",
+    "batch_invariant",
+    "set_batch_invariant",
+    "is_batch_invariant",
+    "patch_linear",
+    "LinearPatch",
     "qk_rmsnorm",
     "multi_axis_rope",
     "multi_axis_rope_",

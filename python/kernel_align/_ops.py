@@ -221,6 +221,26 @@ def _qk_norm_rope_backward_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weig
 
 
 # ---------------------------------------------------------------------------------------
+# linear (csrc/linear.cpp): y contiguous, x's leading dims and N; the gradients like the
+# tensors they belong to.
+
+
+@torch.library.register_fake("kernel_align::linear")
+def _linear_fake(x, weight, bias=None, activation="none"):
+    check_tensors("linear", ("bias",), x=x, weight=weight, bias=bias)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.register_fake("kernel_align::linear_backward")
+def _linear_backward_fake(x, weight, bias, dy, activation, output_mask):
+    check_tensors("linear_backward", ("bias",), x=x, weight=weight, bias=bias, dy=dy)
+    wanted = (torch.empty_like(x) if output_mask[0] else x.new_empty((0,)),
+              torch.empty_like(weight) if output_mask[1] else x.new_empty((0,)),
+              torch.empty_like(bias) if output_mask[2] else x.new_empty((0,)))
+    return wanted
+
+
+# ---------------------------------------------------------------------------------------
 # out= variants: the outputs given, written, nothing returned (csrc/ops.cpp). The fake
 # kernels check what the schema cannot; shapes and dtypes are the C++ validation's.
 

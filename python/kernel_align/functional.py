@@ -59,6 +59,7 @@ def check_out(op: str, out_dtype: torch.dtype | None, **outputs: torch.Tensor) -
                              f"{name}'s dtype {tensor.dtype}, found {out_dtype}")
 
 __all__ = [
+    "linear",
     "qk_rmsnorm",
     "multi_axis_rope",
     "multi_axis_rope_",
@@ -341,3 +342,42 @@ def qk_norm_rope_(
                       as_str(op, "mode", mode), as_str(op, "pairing", pairing),
                       as_str(op, "layout", layout))
     return q, k
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    activation: str | None = None,
+) -> torch.Tensor:
+    """``y = act(x @ weight.T + bias)``: torch's Linear under the contract's linear tree
+    (docs/contract.md section 10), so a row's bytes depend on that row of x, on weight and
+    on bias alone: never on the other rows (the batch, the padding), the thread count, the
+    instruction set or the device. Differentiable in x, weight and bias (first order; the
+    weight and bias gradients sum over rows by the same fixed tree, deterministic but, as
+    any sum over a batch, not batch-invariant).
+
+    Args:
+        x: ``[..., K]`` with 1 to 4 dims whose leading dims flatten to one row stride (a
+            contiguous or row-sliced tensor), fp32, bf16 or fp16.
+        weight: ``[N, K]``, any strides, any of the three dtypes.
+        bias: ``[N]`` or None.
+        activation: None (or "none"), "gelu_tanh" (diffusers' "gelu-approximate") or
+            "silu", applied in fp32 before the one rounding to x's dtype.
+
+    Returns:
+        A new contiguous tensor ``[..., N]`` in x's dtype.
+
+    Raises:
+        TypeError: an argument that is not a dense tensor, or a dtype other than fp32,
+            bf16, fp16.
+        ValueError: shapes that do not chain (K of x and weight, the bias's length), x of
+            rank 0 or above 4 or whose rows do not flatten, an empty tensor, an unknown
+            activation, tensors on two devices or not on a supported device.
+        NotImplementedError: a double backward through this op.
+    """
+    op = "linear"
+    check_tensors(op, ("bias",), x=x, weight=weight, bias=bias)
+    act = "none" if activation is None else as_str(op, "activation", activation)
+    return ops.linear(x, weight, bias, act)

@@ -104,4 +104,14 @@ Call<QkNormRopeBackwardProblem> qk_norm_rope_backward_call(
     const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
     const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options);
 
+Call<GemmProblem> linear_forward_call(const ConstTensorView& x, const ConstTensorView& weight,
+                                      const std::optional<ConstTensorView>& bias,
+                                      const TensorView& y, const LinearOptions& options);
+
+Call<LinearBackwardProblem> linear_backward_call(
+    const ConstTensorView& x, const ConstTensorView& weight,
+    const std::optional<ConstTensorView>& bias, const ConstTensorView& dy,
+    const std::optional<TensorView>& dx, const std::optional<TensorView>& dw,
+    const std::optional<TensorView>& db, const LinearOptions& options);
+
 }  // namespace kernel_align::detail

@@ -8,12 +8,14 @@ constexpr OptionSpec kEps{"eps", OptionKind::Float, {}};
 constexpr OptionSpec kLayout{"layout", OptionKind::Choice, {"bshd", "bhsd"}};
 constexpr OptionSpec kPairing{"pairing", OptionKind::Choice, {"half", "interleaved"}};
 constexpr OptionSpec kTextLen{"text_len", OptionKind::Integer, {}};
+constexpr OptionSpec kActivation{"activation", OptionKind::Choice, {"none", "gelu_tanh", "silu"}};
 
 // In op_list.hpp's order; options in the order the trace writes them.
 constexpr OpDescriptor kDescriptors[] = {
     {OpType::QkRmsNorm, "tree16-v1", {kMode, kEps}, 2},
     {OpType::MultiAxisRope, nullptr, {kLayout, kPairing}, 2},
     {OpType::QkNormRope, "tree16-v1", {kLayout, kPairing, kMode, kEps, kTextLen}, 5},
+    {OpType::Linear, "linear-tree-v1", {kActivation}, 1},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

@@ -108,6 +108,24 @@ void qk_norm_rope_backward(const ConstTensorView& q, const ConstTensorView& k,
       context);
 }
 
+void linear_forward(const ConstTensorView& x, const ConstTensorView& weight,
+                    const std::optional<ConstTensorView>& bias, const TensorView& y,
+                    const LinearOptions& options, const ExecutionContext& context) {
+  const auto entered = Clock::now();
+  run<OpType::Linear, Direction::Forward>(
+      entered, detail::linear_forward_call(x, weight, bias, y, options), context);
+}
+
+void linear_backward(const ConstTensorView& x, const ConstTensorView& weight,
+                     const std::optional<ConstTensorView>& bias, const ConstTensorView& dy,
+                     const std::optional<TensorView>& dx, const std::optional<TensorView>& dw,
+                     const std::optional<TensorView>& db, const LinearOptions& options,
+                     const ExecutionContext& context) {
+  const auto entered = Clock::now();
+  run<OpType::Linear, Direction::Backward>(
+      entered, detail::linear_backward_call(x, weight, bias, dy, dx, dw, db, options), context);
+}
+
 float fp32_option(const std::string& argument, double value) {
   if (!std::isfinite(value)) throw Error(argument, "a finite number", std::to_string(value));
   const auto rounded = static_cast<float>(value);
@@ -140,6 +158,12 @@ const char* norm_mode_name(NormMode m) {
   return detail::descriptor(OpType::QkRmsNorm)
       .option("mode")
       ->choices.at(static_cast<std::size_t>(m));
+}
+
+const char* activation_name(Activation a) {
+  return detail::descriptor(OpType::Linear)
+      .option("activation")
+      ->choices.at(static_cast<std::size_t>(a));
 }
 
 }  // namespace kernel_align

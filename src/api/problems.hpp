@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "api/gemm_problem.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/registry.hpp"  // OpType, Direction
@@ -202,6 +203,8 @@ KERNEL_ALIGN_PROBLEM(MultiAxisRope, Forward, RopeProblem)
 KERNEL_ALIGN_PROBLEM(MultiAxisRope, Backward, RopeProblem)
 KERNEL_ALIGN_PROBLEM(QkNormRope, Forward, QkNormRopeForwardProblem)
 KERNEL_ALIGN_PROBLEM(QkNormRope, Backward, QkNormRopeBackwardProblem)
+KERNEL_ALIGN_PROBLEM(Linear, Forward, GemmProblem)
+KERNEL_ALIGN_PROBLEM(Linear, Backward, LinearBackwardProblem)
 #undef KERNEL_ALIGN_PROBLEM
 template <OpType op, Direction d>
 using Problem = typename ProblemOf<op, d>::type;

@@ -1,20 +1,34 @@
 #include "cases/configs.hpp"
 
+#include "api/descriptors.hpp"
+
 namespace kernel_align::cases {
 
+// An op has a norm mode, a pairing or a layout when its descriptor lists that option.
+namespace {
+bool has_option(OpType op, const char* name) {
+  return detail::descriptor(op).option(name) != nullptr;
+}
+}  // namespace
+
 std::vector<std::optional<NormMode>> norm_modes_of(OpType op) {
-  if (op == OpType::MultiAxisRope) return {std::nullopt};
+  if (!has_option(op, "mode")) return {std::nullopt};
   return {NormMode::Single, NormMode::Diffusers};
 }
 
 std::vector<std::optional<Pairing>> pairings_of(OpType op) {
-  if (op == OpType::QkRmsNorm) return {std::nullopt};
+  if (!has_option(op, "pairing")) return {std::nullopt};
   return {Pairing::Half, Pairing::Interleaved};
 }
 
 std::vector<std::optional<Layout>> layouts_of(OpType op) {
-  if (op == OpType::QkRmsNorm) return {std::nullopt};
+  if (!has_option(op, "layout")) return {std::nullopt};
   return {Layout::BSHD, Layout::BHSD};
+}
+
+std::vector<std::optional<Activation>> activations_of(OpType op) {
+  if (!has_option(op, "activation")) return {std::nullopt};
+  return {Activation::None, Activation::GeluTanh, Activation::Silu};
 }
 
 std::string config_words(const Config& c) {
@@ -23,6 +37,7 @@ std::string config_words(const Config& c) {
   if (c.pairing) words += std::string(" ") + pairing_name(*c.pairing);
   if (c.mode) words += std::string(" ") + norm_mode_name(*c.mode);
   if (c.layout) words += std::string(" ") + layout_name(*c.layout);
+  if (c.activation) words += std::string(" ") + activation_name(*c.activation);
   return words;
 }
 
@@ -35,7 +50,9 @@ std::vector<Config> all_configs() {
         for (const auto& pairing : pairings_of(op)) {
           for (const auto& mode : norm_modes_of(op)) {
             for (const auto& layout : layouts_of(op)) {
-              configs.push_back({op, direction, dtype, pairing, mode, layout, row});
+              for (const auto& activation : activations_of(op)) {
+                configs.push_back({op, direction, dtype, pairing, mode, layout, activation, row});
+              }
             }
           }
         }

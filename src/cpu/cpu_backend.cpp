@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "api/float_env.hpp"
+#include "cpu/gemm/gemm.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/thread_pool.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/rmsnorm.hpp"
 #include "kernel_align/runtime.hpp"
+#include "reference/gemm.hpp"
 
 namespace kernel_align::cpu {
 namespace {
@@ -137,6 +139,29 @@ void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry:
   detail::zero_empty_stream_grads_on_host(p);
 }
 
+namespace {
+
+// One GEMM on the engine of the selected path (gemm_isa: Avx2 needs FMA), noted in exec
+// as one pass over the rows of C.
+void run_gemm(const detail::GemmProblem& p, registry::Execution& exec) {
+  const Isa path = gemm_isa(isa());
+  exec.isa = isa_name(path);
+  const int threads = num_threads();
+  exec.threads = std::max(exec.threads, threads);
+  if (exec.traced) exec.partition.push_back({{0, p.m}});
+  gemm(p, threads, path);
+}
+
+}  // namespace
+
+void linear_forward(const detail::GemmProblem& p, registry::Execution& exec) {
+  run_gemm(p, exec);
+}
+
+void linear_backward(const detail::LinearBackwardProblem& p, registry::Execution& exec) {
+  reference::linear_backward(p, [&](const detail::GemmProblem& g) { run_gemm(g, exec); });
+}
+
 registry::Kernels simd_kernels() {
   registry::Kernels k;
   k.set<OpType::QkRmsNorm, Direction::Forward>(qk_rmsnorm_forward);
@@ -145,6 +170,8 @@ registry::Kernels simd_kernels() {
   k.set<OpType::MultiAxisRope, Direction::Backward>(multi_axis_rope);
   k.set<OpType::QkNormRope, Direction::Forward>(qk_norm_rope_forward);
   k.set<OpType::QkNormRope, Direction::Backward>(qk_norm_rope_backward);
+  k.set<OpType::Linear, Direction::Forward>(linear_forward);
+  k.set<OpType::Linear, Direction::Backward>(linear_backward);
   return k;
 }
 

@@ -15,6 +15,8 @@ void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p, registry::Exec
 void multi_axis_rope(const detail::RopeProblem& p, registry::Execution& exec);
 void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, registry::Execution& exec);
 void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry::Execution& exec);
+void linear_forward(const detail::GemmProblem& p, registry::Execution& exec);
+void linear_backward(const detail::LinearBackwardProblem& p, registry::Execution& exec);
 
 // The backend's kernels, keyed by (op, direction), as the registry holds them.
 registry::Kernels simd_kernels();

@@ -16,6 +16,7 @@
 #include "cuda/rebase.hpp"
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/registry.hpp"
+#include "reference/gemm.hpp"
 #include "reference/reference.hpp"
 #include "trace/trace.hpp"
 
@@ -141,6 +142,13 @@ class DeviceExecutor {
     check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
+  const float* one() {
+    static constexpr float kOne = 1.0f;
+    float* device = scratch_floats(1);
+    check(cudaMemcpyAsync(device, &kOne, sizeof kOne, cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync");
+    return device;
+  }
   // +0 is all-zero bits in every dtype: one 2-D memset over the strided elements.
   void zero(const TensorView& v) {
     const std::size_t size = dtype_size(v.dtype);
@@ -254,6 +262,10 @@ void reference_fused_backward(const detail::QkNormRopeBackwardProblem& p) {
   detail::zero_empty_stream_grads_on_host(p);
 }
 
+void reference_linear_backward(const detail::LinearBackwardProblem& p) {
+  reference::linear_backward(p, reference::gemm);
+}
+
 std::string host_fallback_unavailable() {
   if (!host_fallback()) {
     return "the host fallback is off (set_host_fallback(true) or KERNEL_ALIGN_HOST_FALLBACK=1 "
@@ -276,6 +288,9 @@ registry::Kernels host_kernels() {
       on_host_copies<detail::QkNormRopeForwardProblem, reference_fused_forward>);
   k.set<OpType::QkNormRope, Direction::Backward>(
       on_host_copies<detail::QkNormRopeBackwardProblem, reference_fused_backward>);
+  k.set<OpType::Linear, Direction::Forward>(on_host_copies<detail::GemmProblem, reference::gemm>);
+  k.set<OpType::Linear, Direction::Backward>(
+      on_host_copies<detail::LinearBackwardProblem, reference_linear_backward>);
   return k;
 }
 
@@ -291,6 +306,9 @@ registry::Kernels device_kernels() {
       on_device<detail::QkNormRopeForwardProblem, plan::qk_norm_rope_forward>);
   k.set<OpType::QkNormRope, Direction::Backward>(
       on_device<detail::QkNormRopeBackwardProblem, plan::qk_norm_rope_backward>);
+  k.set<OpType::Linear, Direction::Forward>(on_device<detail::GemmProblem, plan::gemm>);
+  k.set<OpType::Linear, Direction::Backward>(
+      on_device<detail::LinearBackwardProblem, plan::linear_backward>);
   return k;
 }
 

@@ -12,6 +12,7 @@
 //   std::uint64_t* scratch_digests(std::size_t count);
 //   void copy_to_host(void* host, const void* device, std::size_t bytes);  // waits
 //   void zero(const TensorView& vector);         // a [D] output set to +0
+//   const float* one();                          // device memory holding 1.0f (this call)
 #pragma once
 
 #include <algorithm>
@@ -22,7 +23,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "api/gemm_problem.hpp"
 #include "cuda/device/digest.cuh"
+#include "cuda/device/gemm_kernel.cuh"
 #include "cuda/device/kernels.cuh"
 #include "kernel_align/error.hpp"
 #include "registry/registry.hpp"
@@ -350,6 +353,71 @@ std::vector<std::uint64_t> batch_digests(const ConstTensorView& v, Executor& exe
   std::vector<std::uint64_t> digests(static_cast<std::size_t>(d.batches));
   exec.copy_to_host(digests.data(), d.digests, digests.size() * sizeof(std::uint64_t));
   return digests;
+}
+
+// ---- GEMM (docs/contract.md "Linear (GEMM)"; device/gemm_kernel.cuh) -------------------
+
+// gridDim.y's limit: past 65535 M tiles, each block also does the M tiles 65535 apart.
+inline constexpr std::int64_t kMaxGridY = 65535;
+
+inline GemmOperand gemm_operand(const detail::GemmMatrix& m) {
+  return {m.data, m.dtype, m.row_stride, m.col_stride};
+}
+
+inline GemmOperand gemm_operand(const std::optional<detail::GemmMatrix>& m) {
+  return m ? gemm_operand(*m) : GemmOperand{};
+}
+
+// The kernel's arguments and launch for `p`: 64 x 64 tiles of C, N tiles over grid.x, M
+// tiles over grid.y. Any dtypes and strides (one kernel: the loads and the store take the
+// dtype at run time), bias, activation, grad_out (the activation-backward epilogue).
+inline GemmParams gemm_params(const detail::GemmProblem& p) {
+  GemmParams g;
+  g.m = p.m;
+  g.n = p.n;
+  g.r = p.r;
+  g.a = gemm_operand(p.a);
+  g.b = gemm_operand(p.b);
+  g.bias = gemm_operand(p.bias);
+  g.grad_out = gemm_operand(p.grad_out);
+  g.activation = p.activation;
+  g.c = p.c;
+  g.c_dtype = p.c_dtype;
+  g.c_row_stride = p.c_row_stride;
+  g.c_col_stride = p.c_col_stride;
+  g.m_tiles = (p.m + kGemmTileM - 1) / kGemmTileM;
+  g.m_tile_step = std::min(std::max<std::int64_t>(g.m_tiles, 1), kMaxGridY);
+  return g;
+}
+
+inline registry::LaunchRecord gemm_launch(const GemmParams& g) {
+  registry::LaunchRecord l;
+  l.kernel = "gemm";
+  l.path = "generic";
+  l.rows_per_block = kGemmTileM;
+  l.block = {kGemmThreads, 1, 1};
+  l.grid = {to_grid((g.n + kGemmTileN - 1) / kGemmTileN), static_cast<unsigned>(g.m_tile_step), 1};
+  return l;
+}
+
+// One launch; none when C is empty (M or N = 0).
+template <class Executor>
+void gemm(const detail::GemmProblem& p, Executor& exec) {
+  if (p.m <= 0 || p.n <= 0) return;
+  const GemmParams g = gemm_params(p);
+  exec.template launch<Gemm>(gemm_launch(g), g);
+}
+
+// linear_backward's GEMMs (detail::linear_backward_gemms) as launches, its dz scratch
+// and the 1.0f of db's product in the call's device memory.
+template <class Executor>
+void linear_backward(const detail::LinearBackwardProblem& p, Executor& exec) {
+  float* dz =
+      p.activation == contract::Activation::None
+          ? nullptr
+          : exec.scratch_floats(static_cast<std::size_t>(p.m) * static_cast<std::size_t>(p.n));
+  detail::linear_backward_gemms(p, dz, exec.one(),
+                                [&](const detail::GemmProblem& g) { gemm(g, exec); });
 }
 
 }  // namespace kernel_align::cuda::plan

@@ -5,6 +5,7 @@
 // (the same memory for views of the same data and extent, so in place stays in place).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "api/problems.hpp"
@@ -73,6 +74,47 @@ detail::QkNormRopeBackwardProblem rebased(const detail::QkNormRopeBackwardProble
     s.dx = m.map(s.dx, true);
     s.dw = map(m, s.dw, true);
   }
+  return r;
+}
+
+// A GEMM operand of `rows` x `cols` moved by the Mirror, as the 2-D view it is.
+template <class Mirror, class Matrix>
+Matrix rebased_matrix(Mirror& m, Matrix g, std::int64_t rows, std::int64_t cols, bool output) {
+  TensorView v;
+  v.data = const_cast<void*>(static_cast<const void*>(g.data));
+  v.dtype = g.dtype;
+  v.rank = 2;
+  v.shape[0] = rows;
+  v.shape[1] = cols;
+  v.strides[0] = g.row_stride;
+  v.strides[1] = g.col_stride;
+  g.data = m.map(v, output).data;
+  return g;
+}
+
+template <class Mirror>
+detail::GemmProblem rebased(const detail::GemmProblem& p, Mirror& m) {
+  detail::GemmProblem r = p;
+  r.a = rebased_matrix(m, p.a, p.m, p.r, false);
+  r.b = rebased_matrix(m, p.b, p.r, p.n, false);
+  if (p.bias) r.bias = rebased_matrix(m, *p.bias, 1, p.n, false);
+  if (p.grad_out) r.grad_out = rebased_matrix(m, *p.grad_out, p.m, p.n, false);
+  const detail::GemmOutput c = rebased_matrix(
+      m, detail::GemmOutput{p.c, p.c_dtype, p.c_row_stride, p.c_col_stride}, p.m, p.n, true);
+  r.c = c.data;
+  return r;
+}
+
+template <class Mirror>
+detail::LinearBackwardProblem rebased(const detail::LinearBackwardProblem& p, Mirror& m) {
+  detail::LinearBackwardProblem r = p;
+  r.x = rebased_matrix(m, p.x, p.m, p.k, false);
+  r.w = rebased_matrix(m, p.w, p.n, p.k, false);
+  if (p.bias) r.bias = rebased_matrix(m, *p.bias, 1, p.n, false);
+  r.dy = rebased_matrix(m, p.dy, p.m, p.n, false);
+  if (p.dx) r.dx = rebased_matrix(m, *p.dx, p.m, p.k, true);
+  if (p.dw) r.dw = rebased_matrix(m, *p.dw, p.n, p.k, true);
+  if (p.db) r.db = rebased_matrix(m, *p.db, p.n, 1, true);
   return r;
 }
 

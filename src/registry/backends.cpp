@@ -7,6 +7,7 @@
 #endif
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/runtime.hpp"
+#include "reference/gemm.hpp"
 #include "reference/reference.hpp"
 #include "registry/registry.hpp"
 
@@ -73,6 +74,18 @@ Kernels reference_kernels() {
           reference::norm_rope_backward(stream);
         }
         detail::zero_empty_stream_grads_on_host(p);
+      });
+  k.set<OpType::Linear, Direction::Forward>([](const detail::GemmProblem& p, Execution& exec) {
+    record_scalar(exec, {p.m});
+    reference::gemm(p);
+  });
+  k.set<OpType::Linear, Direction::Backward>(
+      [](const detail::LinearBackwardProblem& p, Execution& exec) {
+        record_scalar(exec, {});
+        reference::linear_backward(p, [&](const detail::GemmProblem& g) {
+          if (exec.traced) exec.partition.push_back({{0, g.m}});
+          reference::gemm(g);
+        });
       });
   return k;
 }

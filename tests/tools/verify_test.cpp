@@ -26,8 +26,9 @@ namespace {
 
 // Configurations per variant and shape: qk_rmsnorm 2 directions x 3 dtypes x 2 modes,
 // multi_axis_rope 2 x 3 x 2 pairings x 2 layouts, qk_norm_rope 2 x 3 x 2 x 2 x 2.
-constexpr std::size_t kRmsNormConfigs = 12, kRopeConfigs = 24, kFusedConfigs = 48;
-constexpr std::size_t kConfigs = kRmsNormConfigs + kRopeConfigs + kFusedConfigs;
+constexpr std::size_t kRmsNormConfigs = 12, kRopeConfigs = 24, kFusedConfigs = 48,
+                      kLinearConfigs = 18;
+constexpr std::size_t kConfigs = kRmsNormConfigs + kRopeConfigs + kFusedConfigs + kLinearConfigs;
 constexpr std::size_t kQuickShapes = 4;
 // The one --quick shape the in-process tests run: 16 text + 8 x 8 image tokens, 8 heads.
 const std::vector<std::string> kOneQuickShape{"--quick", "--shape", "t2i_128x128"};
@@ -152,8 +153,9 @@ TEST_F(CliTest, VerifyJsonHasOneEntryPerCell) {
   const json::Value* entries = document.find("cells");
   ASSERT_NE(entries, nullptr);
   ASSERT_EQ(entries->items.size(), cells);
-  const std::vector<std::string> keys{"backend", "isa",    "op",    "direction", "dtype", "pairing",
-                                      "mode",    "layout", "shape", "checks",    "detail"};
+  const std::vector<std::string> keys{"backend",    "isa",     "op",     "direction",
+                                      "dtype",      "pairing", "mode",   "layout",
+                                      "activation", "shape",   "checks", "detail"};
   std::map<std::string, std::size_t> per_op;
   std::set<std::string> distinct;
   for (const json::Value& cell : entries->items) {
@@ -175,6 +177,7 @@ TEST_F(CliTest, VerifyJsonHasOneEntryPerCell) {
   EXPECT_EQ(per_op["qk_rmsnorm"], simd_variants() * kRmsNormConfigs);
   EXPECT_EQ(per_op["multi_axis_rope"], simd_variants() * kRopeConfigs);
   EXPECT_EQ(per_op["qk_norm_rope"], simd_variants() * kFusedConfigs);
+  EXPECT_EQ(per_op["linear"], simd_variants() * kLinearConfigs);
   // Not applicable: null. RMSNorm has no pairing or layout, RoPE no mode.
   EXPECT_EQ(entries->items[0].find("op")->text, "qk_rmsnorm");
   EXPECT_EQ(entries->items[0].find("pairing")->kind, json::Value::Kind::Null);

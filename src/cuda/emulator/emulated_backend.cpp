@@ -37,6 +37,11 @@ class EmulatedExecutor {
   void copy_to_host(void* host, const void* device, std::size_t bytes) {
     std::memcpy(host, device, bytes);
   }
+  const float* one() {
+    float* one = scratch_floats(1);
+    *one = 1.0f;
+    return one;
+  }
   void zero(const TensorView& v) {
     for (std::int64_t i = 0; i < v.shape[0]; ++i) {
       contract::store_output(v.dtype, v.data, i * v.strides[0], 0.0f);
@@ -75,6 +80,9 @@ registry::Backend emulated_cuda_backend() {
       run<detail::QkNormRopeForwardProblem, plan::qk_norm_rope_forward>);
   b.kernels.set<OpType::QkNormRope, Direction::Backward>(
       run<detail::QkNormRopeBackwardProblem, plan::qk_norm_rope_backward>);
+  b.kernels.set<OpType::Linear, Direction::Forward>(run<detail::GemmProblem, plan::gemm>);
+  b.kernels.set<OpType::Linear, Direction::Backward>(
+      run<detail::LinearBackwardProblem, plan::linear_backward>);
   b.batch_digests = [](const ConstTensorView& v, const registry::Execution&) {
     registry::Execution digest_exec;
     EmulatedExecutor executor(digest_exec);

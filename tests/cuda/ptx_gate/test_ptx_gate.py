@@ -5,6 +5,7 @@ python3 tests/cuda/ptx_gate/test_ptx_gate.py"""
 import contextlib
 import io
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -200,6 +201,102 @@ class Syntax(unittest.TestCase):
         result = check("ld.global.v2.f32 {%f1, %f2, [%rd1];\nmul.f32 %f1, %f2, %f3;\n")
         self.assertEqual(result.instructions, 2)
         self.assertEqual([v.rules for v in result.violations], [["contractible"]])
+
+
+GEMM = "_ZN12kernel_align4cuda12kernel_entryINS0_4GemmINS0_8CudaGridEEEEEvNT_6ParamsE"
+NORM = ("_ZN12kernel_align4cuda12kernel_entryINS0_18NormForwardGenericINS0_8CudaGridEEEEEv"
+        "NT_6ParamsE")
+
+
+def entry(name, body):
+    return (f".visible .entry {name}(\n.param .align 8 .b8 {name}_param_0[64]\n)\n"
+            f".maxntid 256, 1, 1\n{{\n.reg .f32 %f<9>;\n{body}ret;\n}}\n")
+
+
+class FmaScope(unittest.TestCase):
+    """--fma-in: fma.rn.f32 allowed only inside the functions it names."""
+
+    FMA = "fma.rn.f32 %f1, %f2, %f3, %f4;\n"
+
+    def check(self, body, *patterns):
+        return ptx_gate.check_text(HEADER + body, "t.ptx", [re.compile(p) for p in patterns])
+
+    def test_function_names(self):
+        self.assertEqual(ptx_gate.function_name(".visible .entry k(\n.param .u64 p\n)"), "k")
+        self.assertEqual(ptx_gate.function_name(".entry k2 ()"), "k2")
+        self.assertEqual(ptx_gate.function_name(
+            ".func  (.param .b32 func_retval0) _Z3fooi(\n.param .b32 _Z3fooi_param_0\n)"),
+            "_Z3fooi")
+        self.assertEqual(ptx_gate.function_name(".weak .func _Z3barv()"), "_Z3barv")
+        self.assertEqual(ptx_gate.function_name(".extern .func (.param .b32 r) vprintf(.param "
+                                                ".b64 a, .param .b64 b)"), "vprintf")
+        self.assertIsNone(ptx_gate.function_name(".global .align 4 .b8 entry[4]"))
+        self.assertIsNone(ptx_gate.function_name(".reg .f32 %f<4>"))
+
+    def test_allowed_only_in_matching_functions(self):
+        body = entry(GEMM, self.FMA * 3 + "mul.rn.f32 %f1, %f2, %f3;\n") + entry(NORM, self.FMA)
+        result = self.check(body, "4GemmI")
+        self.assertEqual([(v.rules, v.text) for v in result.violations],
+                         [(["fma"], "fma.rn.f32 %f1, %f2, %f3, %f4")])
+        self.assertEqual([(f.name, f.allowed_fma, f.fma) for f in result.functions],
+                         [(GEMM, True, 3), (NORM, False, 0)])
+        # Without the allowance every fma is refused, as always.
+        self.assertEqual(len(self.check(body).violations), 4)
+
+    def test_only_fma_rn_f32(self):
+        for line in ["fma.rz.f32 %f1, %f2, %f3, %f4;", "fma.rn.ftz.f32 %f1, %f2, %f3, %f4;",
+                     "fma.rn.sat.f32 %f1, %f2, %f3, %f4;", "fma.rn.f64 %fd1, %fd2, %fd3, %fd4;",
+                     "fma.rn.bf16x2 %r1, %r2, %r3, %r4;", "mad.f32 %f1, %f2, %f3, %f4;",
+                     "mul.f32 %f1, %f2, %f3;"]:
+            with self.subTest(line=line):
+                result = self.check(entry(GEMM, line + "\n"), "4GemmI")
+                self.assertEqual(len(result.violations), 1)
+                self.assertEqual(result.functions[0].fma, 0)
+
+    def test_instructions_belong_to_the_last_header(self):
+        # A declaration of the gemm before another kernel's body does not lend it the
+        # allowance; the body after a later header belongs to that header.
+        body = (f".extern .func (.param .b32 r) {GEMM}_helper(.param .b32 a);\n" +
+                entry(NORM, self.FMA) + entry(GEMM, self.FMA))
+        result = self.check(body, "4GemmI")
+        self.assertEqual([v.line for v in result.violations], [11])
+        self.assertEqual([f.fma for f in result.functions], [0, 0, 1])
+
+    def run_gate(self, *args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                status = ptx_gate.main(list(args))
+            except SystemExit as e:
+                status = e.code
+        return status, out.getvalue()
+
+    def write(self, text):
+        f = tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False)
+        f.write(text)
+        f.close()
+        self.addCleanup(os.unlink, f.name)
+        return f.name
+
+    def test_count(self):
+        two = self.write(HEADER + entry(GEMM, self.FMA * 2) + entry(NORM, ""))
+        self.assertEqual(self.run_gate("--fma-in", "4GemmI", two)[0], 0)
+        self.assertEqual(self.run_gate("--fma-in", "4GemmI", "--fma-count", "2", two)[0], 0)
+        status, out = self.run_gate("--fma-in", "4GemmI", "--fma-count", "3", two)
+        self.assertEqual(status, 1)
+        self.assertIn(f"{two}:4: fma-count: {GEMM} holds 2 fma.rn.f32, expected 3\n", out)
+        # Each matching function is held to the count.
+        both = self.write(HEADER + entry(GEMM, self.FMA * 2) + entry(GEMM + "2", self.FMA))
+        self.assertEqual(self.run_gate("--fma-in", "4GemmI", "--fma-count", "2", both)[0], 1)
+        # A count needs a function to hold it.
+        status, out = self.run_gate("--fma-in", "nothing", "--fma-count", "2", two)
+        self.assertEqual(status, 1)
+        self.assertIn("fma-count: no function matches --fma-in nothing", out)
+        self.assertEqual(self.run_gate("--fma-in", "nothing", "--fma-count", "2",
+                                       "--expect", "fma-count", "--expect", "fma", two)[0], 0)
+        # Usage errors.
+        self.assertEqual(self.run_gate("--fma-count", "2", two)[0], 2)
+        self.assertEqual(self.run_gate("--fma-in", "(", two)[0], 2)
 
 
 class CommandLine(unittest.TestCase):

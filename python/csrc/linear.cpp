@@ -1,0 +1,197 @@
+// kernel_align::linear and kernel_align::linear_backward: torch's Linear under the
+// contract's linear tree (docs/contract.md section 10), their CPU and CUDA kernels and
+// linear's Autograd kernel, in one file: the schemas are defined here as a fragment of the
+// kernel_align library (ops.cpp defines the rest), so adding the op touched no other
+// operator's code.
+//
+// linear's backward is linear_backward through the dispatcher (so torch.compile's
+// AOTAutograd sees both operators and their fake kernels, python/kernel_align/_ops.py);
+// linear_backward's own gradient (double backward) raises.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "api/call.hpp"
+#include "kernel_align/ops.hpp"
+#include "outputs.hpp"
+#include "views.hpp"
+
+namespace kernel_align::torch_ext {
+namespace {
+
+using OptionalTensor = std::optional<at::Tensor>;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+using LinearSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const OptionalTensor&,
+                                   c10::string_view);
+using LinearBackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const OptionalTensor&, const at::Tensor&,
+    c10::string_view, std::array<bool, 3>);
+
+Activation parse_activation(std::string_view text) {
+  return parse("activation", text,
+               std::array{Activation::None, Activation::GeluTanh, Activation::Silu},
+               activation_name);
+}
+
+// x's sizes with the last one replaced by `last`.
+std::vector<std::int64_t> sizes_with_last(const at::Tensor& x, std::int64_t last) {
+  std::vector<std::int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = last;
+  return sizes;
+}
+
+// y = act(x weight^T + bias) in x's dtype, contiguous.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const OptionalTensor& bias,
+                  c10::string_view activation) {
+  constexpr const char* op = "linear";
+  return translate_errors(op, [&] {
+    const ConstTensorView xv = input_view(op, "x", x);
+    const ConstTensorView wv = input_view(op, "weight", weight);
+    const auto bv = input_view(op, "bias", bias);
+    const LinearOptions options{parse_activation(activation)};
+    const std::int64_t n = wv.rank == 2 ? wv.shape[0] : 1;
+    StandIns outputs({xv, wv, bv});
+    detail::linear_forward_call(xv, wv, bv, outputs.like(xv, xv.dtype, n), options);
+    check_outputs_fit("x", x, outputs);
+    at::Tensor y = with_huge_pages(at::empty(sizes_with_last(x, n), x.options()));
+    linear_forward(xv, wv, bv, output_view(op, "y", y), options, context_of(x));
+    return y;
+  });
+}
+
+// (dx, dw, db) where output_mask asks for them (each an empty tensor where it does not).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward(
+    const at::Tensor& x, const at::Tensor& weight, const OptionalTensor& bias, const at::Tensor& dy,
+    c10::string_view activation, std::array<bool, 3> output_mask) {
+  constexpr const char* op = "linear_backward";
+  return translate_errors(op, [&] {
+    const ConstTensorView xv = input_view(op, "x", x);
+    const ConstTensorView wv = input_view(op, "weight", weight);
+    const auto bv = input_view(op, "bias", bias);
+    const ConstTensorView dyv = input_view(op, "dy", dy);
+    const LinearOptions options{parse_activation(activation)};
+    if (output_mask[2] && !bias) throw Error("output_mask", "no db without a bias", "db asked");
+    StandIns outputs({xv, wv, bv, dyv});
+    std::optional<TensorView> dx_in, dw_in, db_in;
+    if (output_mask[0]) dx_in = outputs.like(xv, xv.dtype);
+    if (output_mask[1]) dw_in = outputs.like(wv, wv.dtype);
+    if (output_mask[2]) db_in = outputs.like(*bv, bv->dtype);
+    detail::linear_backward_call(xv, wv, bv, dyv, dx_in, dw_in, db_in, options);
+    check_outputs_fit("x", x, outputs);
+    const auto none = [&] { return at::empty({0}, x.options()); };
+    at::Tensor dx = output_mask[0] ? new_output(x, x.scalar_type()) : none();
+    at::Tensor dw = output_mask[1] ? at::empty_like(weight) : none();
+    at::Tensor db = output_mask[2] ? at::empty_like(*bias) : none();
+    std::optional<TensorView> dxv, dwv, dbv;
+    if (output_mask[0]) dxv = output_view(op, "dx", dx);
+    if (output_mask[1]) dwv = output_view(op, "dw", dw);
+    if (output_mask[2]) dbv = output_view(op, "db", db);
+    linear_backward(xv, wv, bv, dyv, dxv, dwv, dbv, options, context_of(x));
+    return std::tuple{dx, dw, db};
+  });
+}
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> operator_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+struct LinearFunction : torch::autograd::Function<LinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const OptionalTensor& bias, c10::string_view activation) {
+    static const auto op = operator_handle<LinearSignature>("kernel_align::linear");
+    ctx->save_for_backward({x, weight, bias.value_or(at::Tensor())});
+    ctx->saved_data["activation"] = std::string(activation);
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(x, weight, bias, activation);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op =
+        operator_handle<LinearBackwardSignature>("kernel_align::linear_backward");
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& bias = saved[2];
+    const std::array<bool, 3> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                   bias.defined() && ctx->needs_input_grad(2)};
+    // dy as autograd hands it may be any view (an expanded ones of a sum): the library
+    // takes rows that flatten to one stride, which a contiguous copy always has.
+    const at::Tensor dy = grads[0].is_contiguous() ? grads[0] : grads[0].contiguous();
+    // Through the dispatcher: with create_graph=True its Autograd kernel records a node.
+    auto [dx, dw, db] =
+        op.call(saved[0], saved[1], bias.defined() ? OptionalTensor(bias) : std::nullopt, dy,
+                ctx->saved_data["activation"].toStringView(), mask);
+    return {
+        mask[0] ? dx : at::Tensor(), mask[1] ? dw : at::Tensor(), mask[2] ? db : at::Tensor(), {}};
+  }
+};
+
+struct LinearBackwardFunction : torch::autograd::Function<LinearBackwardFunction> {
+  static variable_list forward(AutogradContext* /*ctx*/, const at::Tensor& x,
+                               const at::Tensor& weight, const OptionalTensor& bias,
+                               const at::Tensor& dy, c10::string_view activation,
+                               std::array<bool, 3> output_mask) {
+    static const auto op =
+        operator_handle<LinearBackwardSignature>("kernel_align::linear_backward");
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [dx, dw, db] = op.call(x, weight, bias, dy, activation, output_mask);
+    return {dx, dw, db};
+  }
+
+  static variable_list backward(AutogradContext* /*ctx*/, const variable_list& /*grads*/) {
+    throw c10::NotImplementedError(
+        {__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
+        "kernel_align.linear: double backward (the gradient of a gradient, e.g. a gradient "
+        "penalty through torch.autograd.grad(..., create_graph=True)) is not supported; only "
+        "first-order gradients of this operator are");
+  }
+};
+
+at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& weight,
+                           const OptionalTensor& bias, c10::string_view activation) {
+  return LinearFunction::apply(x, weight, bias, activation);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward_autograd(
+    const at::Tensor& x, const at::Tensor& weight, const OptionalTensor& bias, const at::Tensor& dy,
+    c10::string_view activation, std::array<bool, 3> output_mask) {
+  const variable_list out =
+      LinearBackwardFunction::apply(x, weight, bias, dy, activation, output_mask);
+  return {out[0], out[1], out[2]};
+}
+
+}  // namespace
+}  // namespace kernel_align::torch_ext
+
+TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
+  m.def("linear(Tensor x, Tensor weight, Tensor? bias=None, str activation='none') -> Tensor");
+  m.def(
+      "linear_backward(Tensor x, Tensor weight, Tensor? bias, Tensor dy, str activation, "
+      "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(kernel_align, CPU, m) {
+  m.impl("linear", &kernel_align::torch_ext::linear);
+  m.impl("linear_backward", &kernel_align::torch_ext::linear_backward);
+}
+
+// CUDA tensors reach the same kernels, as ops.cpp's (which says why).
+TORCH_LIBRARY_IMPL(kernel_align, CUDA, m) {
+  m.impl("linear", &kernel_align::torch_ext::linear);
+  m.impl("linear_backward", &kernel_align::torch_ext::linear_backward);
+}
+
+TORCH_LIBRARY_IMPL(kernel_align, Autograd, m) {
+  m.impl("linear", &kernel_align::torch_ext::linear_autograd);
+  m.impl("linear_backward", &kernel_align::torch_ext::linear_backward_autograd);
+}

@@ -1,0 +1,212 @@
+"""Whole models under the contract's linear tree, the two ways users know from the peers.
+
+``batch_invariant()`` (a context manager) and ``set_batch_invariant(True)`` register
+kernel-align implementations of ``aten::mm``, ``aten::addmm``, ``aten::bmm`` and
+``aten::mv`` for the CPU (and CUDA where the extension has it) through ``torch.library``,
+as thinking-machines' ``set_batch_invariant_mode()`` and vLLM's batch-invariant switch
+do: every matmul of any model (``F.linear``, ``@``, ``torch.matmul`` decompose to these)
+then runs ``kernel_align.linear``, forward and backward (aten's own derivative formulas
+call ``mm`` again), and a row's bytes no longer depend on the rows it is batched with.
+Leaving the last context (or ``set_batch_invariant(False)``) removes the registrations,
+also when the body raised; contexts nest. Eager mode only: a ``torch.compile`` graph
+lowers matmuls to its own kernels (use ``kernel_align.linear`` or ``patch_linear`` there).
+
+``patch_linear(model)`` is the explicit, scoped change: each ``nn.Linear`` of the model
+runs ``kernel_align.linear``, with the activation fused where diffusers applies one right
+after a Linear (``GELU(approximate="tanh")``'s projection in a ``FeedForward``, the SiLU
+between the two Linears of a ``TimestepEmbedding``); ``restore()`` (or leaving its
+``with`` block) puts every forward back.
+
+What changes in the numbers: the product's K sum follows the contract's tree (fp32,
+fma leaves of 32, fixed combination), ``addmm`` with a 1-D bias and ``alpha = beta = 1``
+adds the bias in fp32 before the one rounding, other ``alpha``/``beta`` are applied by
+torch's elementwise ops to the rounded product, and ``patch_linear``'s fused activations
+are applied in fp32 before the rounding (diffusers rounds the product first). A batched
+sampler and a per-sample trainer under the same setting compute the same bits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types
+import warnings
+from collections.abc import Iterator
+
+import torch
+
+from ._ops import HAS_CUDA, ops
+
+__all__ = ["batch_invariant", "set_batch_invariant", "is_batch_invariant", "patch_linear",
+           "LinearPatch"]
+
+_DISPATCH_KEYS = ("CPU", "CUDA") if HAS_CUDA else ("CPU",)
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return ops.linear(a, b.t(), None, "none")
+
+
+def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1):
+    if beta == 1 and alpha == 1 and bias.dim() == 1 and bias.shape[0] == b.shape[1]:
+        return ops.linear(a, b.t(), bias, "none")
+    product = _mm(a, b)
+    scaled = product if alpha == 1 else product * alpha
+    if beta == 0:
+        return scaled
+    return scaled + (bias if beta == 1 else bias * beta)
+
+
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # Each batch element is its own product: the same bytes as the element alone.
+    return torch.stack([_mm(a[i], b[i]) for i in range(a.shape[0])])
+
+
+def _mv(matrix: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+    return ops.linear(vector.unsqueeze(0), matrix, None, "none").squeeze(0)
+
+
+_OVERRIDES = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "mv": _mv}
+
+_lock = threading.Lock()
+_library: torch.library.Library | None = None
+_depth = 0  # open batch_invariant() contexts
+_switched_on = False  # set_batch_invariant(True)
+
+
+def _update_locked() -> None:
+    global _library
+    wanted = _switched_on or _depth > 0
+    if wanted and _library is None:
+        library = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            # torch warns that each registration overrides aten's own kernel: that is the
+            # point here, and _destroy() below puts aten's back.
+            warnings.simplefilter("ignore", UserWarning)
+            for name, kernel in _OVERRIDES.items():
+                for key in _DISPATCH_KEYS:
+                    library.impl(name, kernel, key)
+        _library = library
+    elif not wanted and _library is not None:
+        _library._destroy()
+        _library = None
+
+
+def is_batch_invariant() -> bool:
+    """Whether aten's matmuls run kernel-align's linear now."""
+    with _lock:
+        return _library is not None
+
+
+def set_batch_invariant(enabled: bool) -> None:
+    """Turns the batch-invariant mode on or off for the whole process: ``enabled`` True
+    registers the overrides, False removes them (open ``batch_invariant()`` contexts keep
+    them until they end)."""
+    global _switched_on
+    if not isinstance(enabled, bool):
+        raise TypeError("kernel_align.set_batch_invariant: argument 'enabled': expected a "
+                        f"bool, found {type(enabled).__qualname__}")
+    with _lock:
+        _switched_on = enabled
+        _update_locked()
+
+
+@contextlib.contextmanager
+def batch_invariant() -> Iterator[None]:
+    """Runs its body with aten's ``mm``, ``addmm``, ``bmm`` and ``mv`` under the contract;
+    torch's own kernels are back when it ends (normally or by an exception). Nests."""
+    global _depth
+    with _lock:
+        _depth += 1
+        _update_locked()
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            _update_locked()
+
+
+# ---------------------------------------------------------------------------------------
+# patch_linear
+
+
+def _linear_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return ops.linear(x, module.weight, module.bias, "none")
+
+
+def _gelu_forward(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return ops.linear(x, module.proj.weight, module.proj.bias, "gelu_tanh")
+
+
+def _timestep_embedding_forward(module: torch.nn.Module, sample: torch.Tensor,
+                                condition: torch.Tensor | None = None) -> torch.Tensor:
+    if condition is not None:
+        # The conditioned form adds a projection first: run diffusers' own forward, whose
+        # Linears are patched too.
+        return type(module).forward(module, sample, condition)
+    hidden = ops.linear(sample, module.linear_1.weight, module.linear_1.bias, "silu")
+    return ops.linear(hidden, module.linear_2.weight, module.linear_2.bias, "none")
+
+
+def _fused_forward(module: torch.nn.Module):
+    """The fused forward for a diffusers module that applies an activation right after a
+    Linear, or None."""
+    name = type(module).__name__
+    if (name == "GELU" and getattr(module, "approximate", None) == "tanh"
+            and isinstance(getattr(module, "proj", None), torch.nn.Linear)):
+        return _gelu_forward
+    if (name == "TimestepEmbedding" and isinstance(getattr(module, "act", None), torch.nn.SiLU)
+            and getattr(module, "post_act", None) is None
+            and isinstance(getattr(module, "linear_1", None), torch.nn.Linear)
+            and isinstance(getattr(module, "linear_2", None), torch.nn.Linear)):
+        return _timestep_embedding_forward
+    return None
+
+
+class LinearPatch:
+    """The forwards ``patch_linear`` replaced; ``restore()`` puts them back (also when
+    used as a context manager). Restoring twice is harmless."""
+
+    def __init__(self, model: torch.nn.Module):
+        """Patches every module of ``model`` that runs a Linear (see patch_linear)."""
+        self._saved: list[tuple[torch.nn.Module, bool, object]] = []
+        for module in model.modules():
+            fused = _fused_forward(module)
+            if fused is None and isinstance(module, torch.nn.Linear):
+                fused = _linear_forward
+            if fused is None:
+                continue
+            had_own = "forward" in module.__dict__
+            self._saved.append((module, had_own, module.__dict__.get("forward")))
+            module.forward = types.MethodType(fused, module)
+
+    @property
+    def modules(self) -> list[torch.nn.Module]:
+        """The modules whose forward runs under the contract."""
+        return [module for module, _, _ in self._saved]
+
+    def restore(self) -> None:
+        """Puts back every forward this patch replaced; a second call does nothing."""
+        for module, had_own, forward in reversed(self._saved):
+            if had_own:
+                module.forward = forward
+            else:
+                module.__dict__.pop("forward", None)
+        self._saved.clear()
+
+    def __enter__(self) -> LinearPatch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+
+def patch_linear(model: torch.nn.Module) -> LinearPatch:
+    """Runs every ``nn.Linear`` of ``model`` through ``kernel_align.linear`` (activations
+    fused where diffusers applies one right after a Linear); returns the ``LinearPatch``
+    whose ``restore()`` undoes it, also usable as ``with patch_linear(model): ...``."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("kernel_align.patch_linear: argument 'model': expected a "
+                        f"torch.nn.Module, found {type(model).__qualname__}")
+    return LinearPatch(model)
