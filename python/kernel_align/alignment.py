@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -337,14 +338,27 @@ def _slot(inputs: dict, slot: int) -> dict:
                 img_shapes=inputs["img_shapes"][slot:slot + 1])
 
 
-def _sampler_step(model, inputs):
+def _sampler_step(model, inputs, backward: bool = False):
+    if backward:
+        # A batched training step: the same forward with gradients, and the backward of
+        # the sum of the outputs (each sample's gradient independent of the others').
+        return _trainer_step(model, inputs, backward)
     with torch.inference_mode():
         return model(**inputs).sample
 
 
-def _trainer_step(model, inputs):
+def _trainer_step(model, inputs, backward: bool = False):
     with torch.enable_grad():
-        return model(**inputs).sample
+        if not backward:
+            return model(**inputs).sample
+        with warnings.catch_warnings():
+            # The recorder's full backward hooks sit on modules whose outputs are not all
+            # tensors (the model returns a Transformer2DModelOutput); torch says so per call.
+            warnings.filterwarnings("ignore", message=r"(Full backward hook|For backward hooks "
+                                    r"to be called)")
+            output = model(**inputs).sample
+            output.float().sum().backward()
+        return output
 
 
 _DIVERGED = re.compile(r"diverged at (module|library) call (\S+) #(\d+) \((\w+)\) \([^)]*\): (.*)")
@@ -411,6 +425,9 @@ def check(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     parser.add_argument("--keep", metavar="DIR", help="keep the four traces in DIR")
     parser.add_argument("--cli", metavar="PATH", help="the kernel-align executable")
+    parser.add_argument("--backward", action="store_true",
+                        help="also digest the backward pass (the gradients of every module's "
+                             "inputs); the sampler then runs its batch with gradients")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
@@ -453,20 +470,27 @@ def check(argv: list[str] | None = None) -> int:
                 "per_call_us": (min(hooked) - min(plain)) / hook_calls * 1e6,
                 "share": (min(hooked) - min(plain)) / min(plain)}
 
+    from .batch_invariant import batch_invariant
+
     results = []
-    for label, processor in (("diffusers", QwenDoubleStreamAttnProcessor2_0),
-                             ("kernel-align", KernelAlignQwenImageAttnProcessor)):
+    # (label, attention processor, whether aten's matmuls run kernel-align's linear)
+    configurations = (("diffusers", QwenDoubleStreamAttnProcessor2_0, False),
+                      ("kernel-align", KernelAlignQwenImageAttnProcessor, False),
+                      ("kernel-align, batch-invariant mode", KernelAlignQwenImageAttnProcessor,
+                       True))
+    for label, processor, mode in configurations:
         model.set_attn_processor(processor())
         traces = {}
         for role, step, step_inputs in (("sampler", _sampler_step, inputs),
                                         ("trainer", _trainer_step, trainer_inputs)):
-            path = directory / f"{label}-{role}.jsonl"
+            path = directory / f"{label.replace(', ', '-').replace(' ', '_')}-{role}.jsonl"
             path.unlink(missing_ok=True)  # traces are appended to
-            with digest_modules(model, path):
-                step(model, step_inputs)
+            with (batch_invariant() if mode else contextlib.nullcontext()), \
+                    digest_modules(model, path, backward=args.backward):
+                step(model, step_inputs, args.backward)
             traces[role] = path
         diff = _diff(cli, traces["sampler"], traces["trainer"])
-        where, ours = _verdict(diff, label == "kernel-align")
+        where, ours = _verdict(diff, processor is KernelAlignQwenImageAttnProcessor)
         # The module types that differ anywhere, the first divergence's first.
         differing = [t for t, c in diff["types"].items() if c["differing"] or c["missing"]]
         results.append({"processor": label, "first_divergent_module": where,
@@ -478,8 +502,10 @@ def check(argv: list[str] | None = None) -> int:
     print(f"kernel-align alignment check: QwenImageTransformer2DModel, {args.layers} layers, "
           f"{args.heads} heads x {HEAD_DIM}, axes {AXES}, {w}x{h} image, text {args.text_len}, "
           f"{args.dtype}, random weights")
-    print(f"sampler: batch of {BATCH} different samples, inference_mode; trainer: sample "
-          f"{SLOT} alone, grad enabled; compared as trace diff --sample {SLOT}:0")
+    sampler_mode = "grad enabled, forward and backward" if args.backward else "inference_mode"
+    print(f"sampler: batch of {BATCH} different samples, {sampler_mode}; trainer: sample "
+          f"{SLOT} alone, grad enabled{', forward and backward' if args.backward else ''}; "
+          f"compared as trace diff --sample {SLOT}:0")
     rows = [("attention processor", "first divergent module call",
              "our norm+RoPE calls, per sample")]
     rows += [(r["processor"], r["first_divergent_module"], r["our_norm_rope_per_sample"])
@@ -501,7 +527,8 @@ def check(argv: list[str] | None = None) -> int:
     if args.json:
         document = {"model": {"layers": args.layers, "heads": args.heads, "head_dim": HEAD_DIM,
                               "axes_dims_rope": list(AXES), "image": f"{w}x{h}",
-                              "text_len": args.text_len, "dtype": args.dtype},
+                              "text_len": args.text_len, "dtype": args.dtype,
+                              "backward": args.backward},
                     "slot": SLOT, "batch": BATCH, "results": results, "overhead": overhead,
                     "wall_s": wall}
         Path(args.json).write_text(json.dumps(document, indent=2) + "\n")

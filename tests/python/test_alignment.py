@@ -6,6 +6,7 @@ docs/trace.md's formula and against outputs captured by hooks of the test's own;
 from __future__ import annotations
 
 import json
+import warnings
 import subprocess
 
 import pytest
@@ -412,7 +413,8 @@ def test_check_command(tmp_path, capsys):
                            str(tmp_path / "traces")]) == 0
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
-    assert [r["processor"] for r in result["results"]] == ["diffusers", "kernel-align"]
+    assert [r["processor"] for r in result["results"]] == [
+        "diffusers", "kernel-align", "kernel-align, batch-invariant mode"]
     for r in result["results"]:
         assert r["first_divergent_module"] in printed
         diff = r["diff"]
@@ -424,3 +426,22 @@ def test_check_command(tmp_path, capsys):
     verdict = result["results"][1]["our_norm_rope_per_sample"]
     assert verdict.startswith("identical") == (ours["differing"] == 0)
     assert result["overhead"]["hook_calls"] > 0
+    # Under the batch-invariant mode every Linear runs the contract: the sampler's slot and
+    # the trainer's sample agree everywhere (fp32, equal text lengths).
+    assert result["results"][2]["first_divergent_module"] == "identical"
+
+
+def test_check_command_with_backward(tmp_path, capsys):
+    pytest.importorskip("diffusers", reason="diffusers is not installed (requirements.txt)")
+    cli()
+    out = tmp_path / "check.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the check keeps torch's hook warnings to itself
+        assert alignment.main(["check", "--layers", "1", "--image", "64x64", "--text-len", "8",
+                               "--dtype", "fp32", "--backward", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["model"]["backward"] is True
+    invariant = result["results"][2]
+    assert invariant["first_divergent_module"] == "identical"
+    # Backward records were compared too.
+    assert invariant["diff"]["exit"] == 0

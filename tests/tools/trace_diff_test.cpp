@@ -58,7 +58,7 @@ std::string record(std::size_t seq, const Call& call) {
     batched_outputs = {"dx"};
   }
   std::ostringstream r;
-  r << R"({"seq":)" << seq << R"(,"contract":"kernel-align-contract/2","op":")" << call.op
+  r << R"({"seq":)" << seq << R"(,"contract":"kernel-align-contract/3","op":")" << call.op
     << R"(","direction":")" << (fused ? "forward" : "backward")
     << R"(","platform":"cpu","requested_backend":")" << call.backend << R"(","backend":")"
     << call.backend << R"(","isa":")" << call.isa << R"(","fallback":null,"fingerprint":")"

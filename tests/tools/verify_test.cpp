@@ -142,7 +142,7 @@ TEST_F(CliTest, VerifyJsonHasOneEntryPerCell) {
   const json::Value document = json::parse(text.str());
 
   ASSERT_NE(document.find("contract"), nullptr);
-  EXPECT_EQ(document.find("contract")->text, "kernel-align-contract/2");
+  EXPECT_EQ(document.find("contract")->text, "kernel-align-contract/3");
   ASSERT_NE(document.find("quick"), nullptr);
   EXPECT_TRUE(document.find("quick")->boolean);
   ASSERT_NE(document.find("shapes"), nullptr);
