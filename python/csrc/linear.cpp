@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "api/call.hpp"
+#include "kernel_align/contract/convert.hpp"
+#include "kernel_align/contract/linear.hpp"
 #include "kernel_align/ops.hpp"
 #include "outputs.hpp"
 #include "views.hpp"
@@ -33,7 +35,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 using LinearSignature = at::Tensor(const at::Tensor&, const at::Tensor&, const OptionalTensor&,
-                                   c10::string_view);
+                                   c10::string_view, std::optional<at::ScalarType>);
 using LinearBackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const OptionalTensor&, const at::Tensor&,
     c10::string_view, std::array<bool, 3>);
@@ -51,9 +53,9 @@ std::vector<std::int64_t> sizes_with_last(const at::Tensor& x, std::int64_t last
   return sizes;
 }
 
-// y = act(x weight^T + bias) in x's dtype, contiguous.
+// y = act(x weight^T + bias) in out_dtype (default x's), contiguous.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const OptionalTensor& bias,
-                  c10::string_view activation) {
+                  c10::string_view activation, std::optional<at::ScalarType> out_dtype) {
   constexpr const char* op = "linear";
   return translate_errors(op, [&] {
     const ConstTensorView xv = input_view(op, "x", x);
@@ -61,10 +63,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const OptionalT
     const auto bv = input_view(op, "bias", bias);
     const LinearOptions options{parse_activation(activation)};
     const std::int64_t n = wv.rank == 2 ? wv.shape[0] : 1;
+    const at::ScalarType y_type = out_dtype.value_or(x.scalar_type());
     StandIns outputs({xv, wv, bv});
-    detail::linear_forward_call(xv, wv, bv, outputs.like(xv, xv.dtype, n), options);
+    detail::linear_forward_call(
+        xv, wv, bv, outputs.like(xv, library_dtype(op, "out_dtype", y_type), n), options);
     check_outputs_fit("x", x, outputs);
-    at::Tensor y = with_huge_pages(at::empty(sizes_with_last(x, n), x.options()));
+    at::Tensor y = with_huge_pages(at::empty(sizes_with_last(x, n), x.options().dtype(y_type)));
     linear_forward(xv, wv, bv, output_view(op, "y", y), options, context_of(x));
     return y;
   });
@@ -102,6 +106,62 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward(
   });
 }
 
+// Whether K split into `parts` equal shards is reproduced by the contract's tree
+// (contract::linear_shards_reproduce, docs/contract.md section 10).
+bool linear_shards_reproduce(std::int64_t k, std::int64_t parts) {
+  return contract::linear_shards_reproduce(k, parts);
+}
+
+// The unsharded linear output from the fp32 partial sums of `partials.size()` row-parallel
+// shards (each the linear of its K/P columns, no bias, out_dtype fp32), in shard order:
+// combined by the top levels of the linear tree (contract::linear_combine_shards), then
+// the bias, the activation and the one rounding to out_dtype (contract::linear_output,
+// store_output). CPU tensors.
+at::Tensor linear_combine_shards(at::TensorList partials, const OptionalTensor& bias,
+                                 c10::string_view activation, at::ScalarType out_dtype) {
+  constexpr const char* op = "linear_combine_shards";
+  return translate_errors(op, [&] {
+    const auto count = static_cast<std::int64_t>(partials.size());
+    if (count < 1 || count > contract::kLinearMaxShards || (count & (count - 1)) != 0) {
+      throw Error("partials", "a power of two of shards from 1 to 64", std::to_string(count));
+    }
+    const at::Tensor& first = partials[0];
+    for (std::int64_t i = 0; i < count; ++i) {
+      const at::Tensor& p = partials[static_cast<std::size_t>(i)];
+      if (!p.is_cpu() || p.scalar_type() != at::kFloat || !p.is_contiguous() ||
+          p.sizes() != first.sizes() || p.dim() < 1) {
+        throw Error("partials",
+                    "contiguous fp32 CPU tensors of one shape [..., N] (each shard's linear "
+                    "with out_dtype=torch.float32)",
+                    "partial " + std::to_string(i) + " of " + torch_dtype_name(p.scalar_type()) +
+                        " on " + p.device().str());
+      }
+    }
+    const std::int64_t n = first.size(-1);
+    const auto act = static_cast<contract::Activation>(parse_activation(activation));
+    const DType out = library_dtype(op, "out_dtype", out_dtype);
+    const auto bv = input_view(op, "bias", bias);
+    if (bv && (bv->rank != 1 || bv->shape[0] != n || !bias->is_cpu())) {
+      throw Error("bias", "a CPU tensor [" + std::to_string(n) + "] (N of the partials)",
+                  shape_string(*bv));
+    }
+    at::Tensor y = at::empty(first.sizes(), first.options().dtype(out_dtype));
+    std::vector<const float*> sources;
+    for (const at::Tensor& p : partials) sources.push_back(p.data_ptr<float>());
+    const std::int64_t elements = first.numel();
+    float sums[contract::kLinearMaxShards];
+    for (std::int64_t e = 0; e < elements; ++e) {
+      for (std::int64_t i = 0; i < count; ++i) sums[i] = sources[static_cast<std::size_t>(i)][e];
+      const float total = contract::linear_combine_shards(sums, static_cast<int>(count));
+      float bias_value = 0.0f;
+      if (bv) bias_value = contract::load_f32(bv->dtype, bv->data, (e % n) * bv->strides[0]);
+      contract::store_output(out, y.data_ptr(), e,
+                             contract::linear_output(total, bv ? &bias_value : nullptr, act));
+    }
+    return y;
+  });
+}
+
 template <class Signature>
 c10::TypedOperatorHandle<Signature> operator_handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
@@ -109,12 +169,13 @@ c10::TypedOperatorHandle<Signature> operator_handle(const char* name) {
 
 struct LinearFunction : torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const OptionalTensor& bias, c10::string_view activation) {
+                            const OptionalTensor& bias, c10::string_view activation,
+                            std::optional<at::ScalarType> out_dtype) {
     static const auto op = operator_handle<LinearSignature>("kernel_align::linear");
     ctx->save_for_backward({x, weight, bias.value_or(at::Tensor())});
     ctx->saved_data["activation"] = std::string(activation);
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(x, weight, bias, activation);
+    return op.call(x, weight, bias, activation, out_dtype);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -131,8 +192,11 @@ struct LinearFunction : torch::autograd::Function<LinearFunction> {
     auto [dx, dw, db] =
         op.call(saved[0], saved[1], bias.defined() ? OptionalTensor(bias) : std::nullopt, dy,
                 ctx->saved_data["activation"].toStringView(), mask);
-    return {
-        mask[0] ? dx : at::Tensor(), mask[1] ? dw : at::Tensor(), mask[2] ? db : at::Tensor(), {}};
+    return {mask[0] ? dx : at::Tensor(),
+            mask[1] ? dw : at::Tensor(),
+            mask[2] ? db : at::Tensor(),
+            {},
+            {}};
   }
 };
 
@@ -158,8 +222,9 @@ struct LinearBackwardFunction : torch::autograd::Function<LinearBackwardFunction
 };
 
 at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& weight,
-                           const OptionalTensor& bias, c10::string_view activation) {
-  return LinearFunction::apply(x, weight, bias, activation);
+                           const OptionalTensor& bias, c10::string_view activation,
+                           std::optional<at::ScalarType> out_dtype) {
+  return LinearFunction::apply(x, weight, bias, activation, out_dtype);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward_autograd(
@@ -174,10 +239,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward_autograd(
 }  // namespace kernel_align::torch_ext
 
 TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
-  m.def("linear(Tensor x, Tensor weight, Tensor? bias=None, str activation='none') -> Tensor");
+  m.def(
+      "linear(Tensor x, Tensor weight, Tensor? bias=None, str activation='none', "
+      "ScalarType? out_dtype=None) -> Tensor");
   m.def(
       "linear_backward(Tensor x, Tensor weight, Tensor? bias, Tensor dy, str activation, "
       "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+  m.def("linear_shards_reproduce(int k, int parts) -> bool",
+        &kernel_align::torch_ext::linear_shards_reproduce);
+  m.def(
+      "linear_combine_shards(Tensor[] partials, Tensor? bias, str activation, "
+      "ScalarType out_dtype) -> Tensor",
+      &kernel_align::torch_ext::linear_combine_shards);
 }
 
 TORCH_LIBRARY_IMPL(kernel_align, CPU, m) {

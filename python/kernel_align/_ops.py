@@ -226,9 +226,10 @@ def _qk_norm_rope_backward_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weig
 
 
 @torch.library.register_fake("kernel_align::linear")
-def _linear_fake(x, weight, bias=None, activation="none"):
+def _linear_fake(x, weight, bias=None, activation="none", out_dtype=None):
     check_tensors("linear", ("bias",), x=x, weight=weight, bias=bias)
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+    return x.new_empty((*x.shape[:-1], weight.shape[0]),
+                       dtype=x.dtype if out_dtype is None else out_dtype)
 
 
 @torch.library.register_fake("kernel_align::linear_backward")

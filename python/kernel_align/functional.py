@@ -350,6 +350,7 @@ def linear(
     bias: torch.Tensor | None = None,
     *,
     activation: str | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``y = act(x @ weight.T + bias)``: torch's Linear under the contract's linear tree
     (docs/contract.md section 10), so a row's bytes depend on that row of x, on weight and
@@ -364,10 +365,12 @@ def linear(
         weight: ``[N, K]``, any strides, any of the three dtypes.
         bias: ``[N]`` or None.
         activation: None (or "none"), "gelu_tanh" (diffusers' "gelu-approximate") or
-            "silu", applied in fp32 before the one rounding to x's dtype.
+            "silu", applied in fp32 before the one rounding to the output's dtype.
+        out_dtype: the output's dtype (fp32, bf16 or fp16); None: x's dtype. fp32 keeps
+            the sum unrounded (a tensor-parallel shard's partial: kernel_align.tensor_parallel).
 
     Returns:
-        A new contiguous tensor ``[..., N]`` in x's dtype.
+        A new contiguous tensor ``[..., N]`` in ``out_dtype``.
 
     Raises:
         TypeError: an argument that is not a dense tensor, or a dtype other than fp32,
@@ -380,4 +383,4 @@ def linear(
     op = "linear"
     check_tensors(op, ("bias",), x=x, weight=weight, bias=bias)
     act = "none" if activation is None else as_str(op, "activation", activation)
-    return ops.linear(x, weight, bias, act)
+    return ops.linear(x, weight, bias, act, as_dtype(op, "out_dtype", out_dtype))
