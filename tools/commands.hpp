@@ -23,6 +23,8 @@ Command rmsnorm_forward_command();
 Command rmsnorm_backward_command();
 Command rope_forward_command();
 Command rope_backward_command();
+Command linear_forward_command();
+Command linear_backward_command();
 Command shapes_command();
 
 }  // namespace kernel_align::cli

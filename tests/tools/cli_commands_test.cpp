@@ -54,7 +54,7 @@ TEST_F(CliTest, HelpListsEveryCommand) {
     const std::string out = run_ok({help});
     for (const char* command :
          {"positions", "tables", "apply qk-rmsnorm ", "apply qk-rmsnorm-backward", "apply rope ",
-          "apply rope-backward", "run", "shapes"}) {
+          "apply rope-backward", "apply linear ", "apply linear-backward", "run", "shapes"}) {
       EXPECT_NE(out.find(std::string("usage: kernel-align ") + command), std::string::npos)
           << command;
     }
@@ -362,6 +362,49 @@ TEST_F(RopeCliTest, ForwardThenBackwardReturnsTheInput) {
   }
   // The forward did rotate (positions are not all zero), so the round trip means something.
   EXPECT_GT(rotated, xs.size() / 2);
+}
+
+// apply linear and linear-backward write the library's bytes, in the dtypes of their
+// tensors; a db without a bias, or no gradient asked for, is refused by flag.
+TEST_F(CliTest, LinearForwardAndBackwardWriteTheLibrarysBytes) {
+  Rng rng(12);
+  const NpyArray x = random_array(DType::BF16, {2, 3, 64}, rng);
+  const NpyArray w = random_array(DType::BF16, {16, 64}, rng);
+  const NpyArray b = random_array(DType::F32, {16}, rng);
+  const NpyArray dy = random_array(DType::BF16, {2, 3, 16}, rng);
+  for (const auto& [name, array] : {std::pair{"x.npy", &x}, std::pair{"w.npy", &w},
+                                    std::pair{"b.npy", &b}, std::pair{"dy.npy", &dy}}) {
+    write(name, *array);
+  }
+  run_ok({"apply", "linear", "--x", "x.npy", "--weight", "w.npy", "--bias", "b.npy", "--activation",
+          "silu", "--out", "y.npy"});
+  run_ok({"apply", "linear-backward", "--x", "x.npy", "--weight", "w.npy", "--bias", "b.npy",
+          "--activation", "silu", "--dy", "dy.npy", "--dx", "dx.npy", "--dw", "dw.npy", "--db",
+          "db.npy"});
+  NpyArray y = make_npy_array(NpyType::BF16, {2, 3, 16});
+  NpyArray dx = make_npy_array(NpyType::BF16, {2, 3, 64});
+  NpyArray dw = make_npy_array(NpyType::BF16, {16, 64});
+  NpyArray db = make_npy_array(NpyType::F32, {16});
+  const auto in = [](const NpyArray& a, DType t) { return test_view(a.data.data(), t, a.shape); };
+  const auto out = [](NpyArray& a, DType t) { return test_view(a.data.data(), t, a.shape); };
+  const LinearOptions silu{Activation::Silu};
+  linear_forward(in(x, DType::BF16), in(w, DType::BF16), in(b, DType::F32), out(y, DType::BF16),
+                 silu);
+  linear_backward(in(x, DType::BF16), in(w, DType::BF16), in(b, DType::F32), in(dy, DType::BF16),
+                  out(dx, DType::BF16), out(dw, DType::BF16), out(db, DType::F32), silu);
+  for (const auto& [name, want] : {std::pair{"y.npy", &y}, std::pair{"dx.npy", &dx},
+                                   std::pair{"dw.npy", &dw}, std::pair{"db.npy", &db}}) {
+    const NpyArray got = read(name);
+    EXPECT_EQ(got.shape, want->shape) << name;
+    EXPECT_EQ(got.data, want->data) << name;
+  }
+  expect_bad_argument({"apply", "linear-backward", "--x", "x.npy", "--weight", "w.npy", "--dy",
+                       "dy.npy", "--db", "db2.npy"},
+                      "--db");
+  expect_bad_argument(
+      {"apply", "linear-backward", "--x", "x.npy", "--weight", "w.npy", "--dy", "dy.npy"}, "--dx");
+  expect_bad_argument({"apply", "linear", "--x", "x.npy", "--weight", "dy.npy", "--out", "y2.npy"},
+                      "--weight");
 }
 
 }  // namespace
