@@ -1,10 +1,10 @@
 // libFuzzer target, differential: every op through the public API on views decoded from
 // the input, all pointing into one arena: shapes (small, or near integer overflow),
 // strides (any: zero, overlapping, huge), dtypes, layouts, modes, pairings, eps,
-// text_len, outputs in place or anywhere (overlapping inputs and each other, or beside
-// them with the same strides: byte ranges that interleave, with or without a common
-// element), pointers off their dtype's alignment. The validation must accept a call or
-// throw kernel_align::Error; a call whose views reach past the arena (a view that is never
+// text_len, linear's activations and optional gradients, outputs in place or anywhere (overlapping
+// inputs and each other, or beside them with the same strides: byte ranges that interleave, with or
+// without a common element), pointers off their dtype's alignment. The validation must accept a
+// call or throw kernel_align::Error; a call whose views reach past the arena (a view that is never
 // allocated whole) is only validated, directly, and must touch nothing. Whatever is
 // accepted, every backend and path (simd at every ISA path and 1 or 3 threads, the CUDA
 // kernels on the grid emulator) must leave the arena byte for byte as the reference does.
@@ -168,12 +168,47 @@ struct Call {
 Call decode(FuzzedDataProvider& f, Arena& arena) {
   Decoder in(f, arena);
   Call call;
-  const int op = f.ConsumeIntegralInRange<int>(0, 5);
+  const int op = f.ConsumeIntegralInRange<int>(0, 7);
   const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
   const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
   const auto add = [&](const auto& v) {
     if (v) call.views.push_back(*v);
   };
+  if (op >= 6) {  // linear
+    const int rank = static_cast<int>(in.small(1, 4));
+    const std::int64_t k = in.dim(70), n = in.dim(40);
+    std::int64_t x_shape[4] = {in.dim(3), in.dim(4), in.dim(5), k};
+    std::int64_t* x_dims = x_shape + (4 - rank);
+    const TensorView x = in.view(in.dtype(), rank, x_dims);
+    const std::int64_t w_shape[2] = {n, k};
+    const TensorView w =
+        in.coin() ? in.beside(in.dtype(), x, w_shape) : in.view(in.dtype(), 2, w_shape);
+    std::optional<ConstTensorView> bias;
+    if (in.coin()) bias = in.view(in.dtype(), 1, &n);
+    std::int64_t y_shape[4] = {x_shape[0], x_shape[1], x_shape[2], n};
+    const LinearOptions options{static_cast<Activation>(in.small(0, 2))};
+    call.views = {x, w};
+    add(bias);
+    if (op == 6) {
+      const TensorView y = in.view(in.dtype(), rank, y_shape + (4 - rank));
+      call.views.push_back(y);
+      call.run = [=] { linear_forward(x, w, bias, y, options); };
+      call.validate = [=] { detail::linear_forward_call(x, w, bias, y, options); };
+      return call;
+    }
+    const TensorView dy = in.view(in.dtype(), rank, y_shape + (4 - rank));
+    std::optional<TensorView> dx, dw, db;
+    if (in.coin()) dx = in.same_shape(in.dtype(), x);
+    if (in.coin()) dw = in.same_shape(in.dtype(), w);
+    if (bias && in.coin()) db = in.view(in.dtype(), 1, &n);
+    call.views.push_back(dy);
+    add(dx);
+    add(dw);
+    add(db);
+    call.run = [=] { linear_backward(x, w, bias, dy, dx, dw, db, options); };
+    call.validate = [=] { detail::linear_backward_call(x, w, bias, dy, dx, dw, db, options); };
+    return call;
+  }
   if (op <= 1) {  // qk_rmsnorm
     const int rank = static_cast<int>(in.small(1, 4));
     std::int64_t shape[4] = {in.dim(4), in.dim(5), in.dim(3), d};
