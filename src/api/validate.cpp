@@ -715,10 +715,13 @@ GemmMatrix rows_matrix(const char* name, const ConstTensorView& v) {
       first = false;
       continue;
     }
-    // Dim i must step over everything the dims after it (down to the row) span.
+    // Dim i must step over everything the dims after it (down to the row) span. The
+    // shapes' product is below 2^56 (check_view); the step may not be: overflow is a
+    // mismatch.
     std::int64_t inner = 1;
     for (int j = i + 1; j < last; ++j) inner *= v.shape[j];
-    if (v.strides[i] != row_stride * inner) {
+    std::int64_t step = 0;
+    if (__builtin_mul_overflow(row_stride, inner, &step) || v.strides[i] != step) {
       throw Error(name,
                   "leading dims that flatten to one row stride (a contiguous or row-sliced "
                   "tensor)",
