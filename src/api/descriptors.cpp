@@ -12,10 +12,22 @@ constexpr OptionSpec kActivation{"activation", OptionKind::Choice, {"none", "gel
 
 // In op_list.hpp's order; options in the order the trace writes them.
 constexpr OpDescriptor kDescriptors[] = {
-    {OpType::QkRmsNorm, "tree16-v1", {kMode, kEps}, 2},
-    {OpType::MultiAxisRope, nullptr, {kLayout, kPairing}, 2},
-    {OpType::QkNormRope, "tree16-v1", {kLayout, kPairing, kMode, kEps, kTextLen}, 5},
-    {OpType::Linear, "linear-tree-v1", {kActivation}, 1},
+    {.reduction_tree = "tree16-v1",
+     .option_list = {kMode, kEps},
+     .option_count = 2,
+     .op = OpType::QkRmsNorm},
+    {.reduction_tree = nullptr,
+     .option_list = {kLayout, kPairing},
+     .option_count = 2,
+     .op = OpType::MultiAxisRope},
+    {.reduction_tree = "tree16-v1",
+     .option_list = {kLayout, kPairing, kMode, kEps, kTextLen},
+     .option_count = 5,
+     .op = OpType::QkNormRope},
+    {.reduction_tree = "linear-tree-v1",
+     .option_list = {kActivation},
+     .option_count = 1,
+     .op = OpType::Linear},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

@@ -36,13 +36,14 @@ struct OptionSpec {
 
 inline constexpr int kMaxOptions = 8;
 
+// (Members ordered by size, as clang-tidy's padding check asks.)
 struct OpDescriptor {
-  OpType op = OpType::QkRmsNorm;
   // The contract's name of the op's reduction order ("tree16-v1"); null for an op that
   // sums nothing.
   const char* reduction_tree = nullptr;
   std::array<OptionSpec, kMaxOptions> option_list{};
   int option_count = 0;
+  OpType op = OpType::QkRmsNorm;
   std::span<const OptionSpec> options() const {
     return {option_list.data(), static_cast<std::size_t>(option_count)};
   }
