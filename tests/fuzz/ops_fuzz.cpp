@@ -181,8 +181,9 @@ Call decode(FuzzedDataProvider& f, Arena& arena) {
     std::int64_t* x_dims = x_shape + (4 - rank);
     const TensorView x = in.view(in.dtype(), rank, x_dims);
     const std::int64_t w_shape[2] = {n, k};
-    const TensorView w =
-        in.coin() ? in.beside(in.dtype(), x, w_shape) : in.view(in.dtype(), 2, w_shape);
+    // Beside x (x's strides: one buffer holding both) only where x is a matrix too.
+    const TensorView w = rank == 2 && in.coin() ? in.beside(in.dtype(), x, w_shape)
+                                                : in.view(in.dtype(), 2, w_shape);
     std::optional<ConstTensorView> bias;
     if (in.coin()) bias = in.view(in.dtype(), 1, &n);
     std::int64_t y_shape[4] = {x_shape[0], x_shape[1], x_shape[2], n};
