@@ -114,7 +114,7 @@ def block_ratio(threads: int, repeats: int) -> dict:
     txt = torch.randn(1, text_tokens, 3072).bfloat16().requires_grad_()
     temb = torch.randn(1, 3072).bfloat16()
     rope = QwenEmbedRope(theta=10000, axes_dim=[16, 56, 56], scale_rope=True)
-    freqs = rope([(1, 32, 32)], [text_tokens], device=torch.device("cpu"))
+    freqs = rope([(1, 32, 32)], max_txt_seq_len=text_tokens, device=torch.device("cpu"))
 
     def step():
         txt_out, img_out = block(hidden_states=img, encoder_hidden_states=txt,
