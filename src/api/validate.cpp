@@ -731,22 +731,16 @@ GemmMatrix rows_matrix(const char* name, const ConstTensorView& v) {
   return {v.data, v.dtype, row_stride, v.strides[last]};
 }
 
-std::int64_t leading_rows(const ConstTensorView& v) {
-  return row_count(v);
-}
-
-// y (or dy): x's leading dims and `n` as its last dim.
-void check_rows_of(const char* name, const ConstTensorView& v, const char* x_name,
-                   const ConstTensorView& x, std::int64_t n, const char* n_meaning) {
+// y (or dy): x's leading dims and N as its last dim.
+void check_rows_of(const char* name, const ConstTensorView& v, const ConstTensorView& x,
+                   std::int64_t n) {
   check_view(name, v, 1, kMaxRank, {kLinearRowsRank});
   bool same = v.rank == x.rank && v.shape[v.rank - 1] == n;
   for (int i = 0; same && i < v.rank - 1; ++i) same = v.shape[i] == x.shape[i];
   if (!same) {
     ConstTensorView expected = x;
     expected.shape[x.rank - 1] = n;
-    throw Error(name,
-                "shape " + shape_string(expected) + " (the leading dims of " + x_name + ", " +
-                    n_meaning + ")",
+    throw Error(name, "shape " + shape_string(expected) + " (the leading dims of x, N)",
                 "shape " + shape_string(v));
   }
 }
@@ -772,6 +766,14 @@ std::int64_t check_linear_inputs(const ConstTensorView& x, const ConstTensorView
   return n;
 }
 
+// x, weight and bias as the record lists them, in signature order.
+void add_linear_inputs(TensorArgs& tensors, const ConstTensorView& x, const ConstTensorView& weight,
+                       const std::optional<ConstTensorView>& bias) {
+  tensors.push_back(input("x", x));
+  tensors.push_back(input("weight", weight));
+  if (bias) tensors.push_back(input("bias", *bias));
+}
+
 GemmMatrix vector_matrix(const ConstTensorView& v) {
   return {v.data, v.dtype, 0, v.strides[0]};
 }
@@ -788,18 +790,16 @@ Call<GemmProblem> linear_forward_call(const ConstTensorView& x, const ConstTenso
                                       const std::optional<ConstTensorView>& bias,
                                       const TensorView& y, const LinearOptions& options) {
   const std::int64_t n = check_linear_inputs(x, weight, bias);
-  check_rows_of("y", y, "x", x, n, "N");
+  check_rows_of("y", y, x, n);
   const GemmMatrix rows = rows_matrix("x", x);
   const GemmMatrix y_rows = rows_matrix("y", y);
   Call<GemmProblem> call{linear_record(Direction::Forward, options, y.dtype), {}};
   TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  tensors.push_back(input("weight", weight));
-  if (bias) tensors.push_back(input("bias", *bias));
+  add_linear_inputs(tensors, x, weight, bias);
   tensors.push_back(output("y", y));
   check_call(call.record);
   GemmProblem& p = call.problem;
-  p.m = leading_rows(x);
+  p.m = row_count(x);
   p.n = n;
   p.r = x.shape[x.rank - 1];
   p.a = rows;
@@ -820,7 +820,7 @@ Call<LinearBackwardProblem> linear_backward_call(
     const std::optional<TensorView>& dx, const std::optional<TensorView>& dw,
     const std::optional<TensorView>& db, const LinearOptions& options) {
   const std::int64_t n = check_linear_inputs(x, weight, bias);
-  check_rows_of("dy", dy, "x", x, n, "N");
+  check_rows_of("dy", dy, x, n);
   if (dx) {
     check_view("dx", *dx, 1, kMaxRank, {kLinearRowsRank});
     check_same_shape("dx", *dx, "x", x);
@@ -839,16 +839,14 @@ Call<LinearBackwardProblem> linear_backward_call(
   const DType output_dtype = dx ? dx->dtype : dw ? dw->dtype : db ? db->dtype : dy.dtype;
   Call<LinearBackwardProblem> call{linear_record(Direction::Backward, options, output_dtype), {}};
   TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  tensors.push_back(input("weight", weight));
-  if (bias) tensors.push_back(input("bias", *bias));
+  add_linear_inputs(tensors, x, weight, bias);
   tensors.push_back(input("dy", dy));
   if (dx) tensors.push_back(output("dx", *dx));
   if (dw) tensors.push_back(output("dw", *dw));
   if (db) tensors.push_back(output("db", *db));
   check_call(call.record);
   LinearBackwardProblem& p = call.problem;
-  p.m = leading_rows(x);
+  p.m = row_count(x);
   p.n = n;
   p.k = x.shape[x.rank - 1];
   p.x = x_rows;
