@@ -172,6 +172,15 @@ TEST(CpuGemm, LargeShapes) {
   v.b_dtype = DType::BF16;
   check({300, 33, 3072}, v, 4);
   check({255, 64, 1000}, v, 5);
+  // Several row blocks (192 rows), B panel groups of 4 with a short last group, and
+  // passes of 4 leaves that end inside the tree's groups (22 leaves, q = 11): the tree's
+  // state of every tile carried across the passes, the next pass's B fetched ahead.
+  v.forward = true;
+  v.activation = Activation::None;
+  v.c_dtype = DType::F32;
+  v.a_dtype = DType::F32;
+  v.b_dtype = DType::F32;
+  check({400, 200, 700}, v, 6);
 }
 
 TEST(CpuGemm, SpecialValues) {

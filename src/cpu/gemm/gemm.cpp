@@ -16,11 +16,18 @@
 namespace kernel_align::cpu {
 namespace {
 
-// Rows of A that one task keeps in L2 (a block of A panels) while it walks its B panels:
-// the B panels stream from memory once per block, so more rows read B fewer times.
-constexpr std::int64_t kBlockRows = 96;
-// Leaves of r one pass over a block's tiles covers: the B panel's part, 128 r x 32 x 4 =
-// 16 KB, then stays in L1 while every A panel of the block uses it.
+// The loop nest of a task (BLIS's, with K blocked into passes of whole leaves): for each
+// group of kPanelsPerGroup B panels, for each pass of kLeavesPerPass leaves, for each B
+// panel of the group, for each A panel of the block: the tile's leaves of the pass. A
+// pass's part of the block's A panels (192 rows x 128 r = 96 KB) stays in L2 while the
+// group's B panels use it, and a B panel's part (128 r x 32 = 16 KB) stays in L1 while
+// every A panel of the block uses it; the tree's state of each tile of the block and
+// group (its stack, at most linear_tree_depth(R) tiles) waits in L2 between passes.
+// Measured (docs/performance.md, 2026-12-07 afternoon): B read from L3 once per 96 rows
+// bounded the micro-kernel at about 60% of the FMA peak; 192 rows and groups of 4 panels
+// read each byte of A and of B from L3 about once per 128 columns or 192 rows.
+constexpr std::int64_t kBlockRows = 192;
+constexpr std::int64_t kPanelsPerGroup = 4;
 constexpr std::int64_t kLeavesPerPass = 4;
 
 struct AlignedFree {
@@ -187,6 +194,9 @@ void gemm(const detail::GemmProblem& p, int threads, Isa isa) {
   // L1 (the weight is read once, straight from the caller's memory). Else B is packed
   // once for all blocks.
   const bool pack_b_in_task = m_blocks == 1;
+  // Groups serve A's reuse; one block streaming the weight reads its panels one by one
+  // (more concurrent streams over the weight's rows would defeat the hardware prefetch).
+  const std::int64_t panels_per_group = pack_b_in_task ? 1 : kPanelsPerGroup;
   const std::int64_t wanted_tasks = 4 * static_cast<std::int64_t>(threads);
   const std::int64_t n_runs =
       std::min(n_panels, std::max<std::int64_t>(1, (wanted_tasks + m_blocks - 1) / m_blocks));
@@ -212,13 +222,13 @@ void gemm(const detail::GemmProblem& p, int threads, Isa isa) {
     const detail::ContractFloatEnvironment env;
     const std::int64_t block = task / n_runs;
     const std::int64_t run = task % n_runs;
-    // One stack per tile of the block, in L2, and the B chunk a pass packs.
+    // One stack per tile of the block and group, in L2, and the B chunk a pass packs.
     thread_local Workspace stack_space, chunk_space;
     thread_local std::vector<int> depths;
-    float* const stacks = stack_space.get(panels_per_block * stack_size);
+    float* const stacks = stack_space.get(kPanelsPerGroup * panels_per_block * stack_size);
     float* const chunk =
         pack_b_in_task ? chunk_space.get(kLeavesPerPass * contract::kLinearLeaf * nr) : nullptr;
-    depths.resize(static_cast<std::size_t>(panels_per_block));
+    depths.resize(static_cast<std::size_t>(kPanelsPerGroup * panels_per_block));
     GemmTile tile{};
     tile.r = p.r;
     tile.merges = merge_counts;
@@ -233,34 +243,53 @@ void gemm(const detail::GemmProblem& p, int threads, Isa isa) {
     tile.c_col_stride = p.c_col_stride;
     const std::int64_t panel_end = std::min(n_panels, (run + 1) * panels_per_run);
     const std::int64_t block_end = std::min(m_panels, (block + 1) * panels_per_block);
-    for (std::int64_t np = run * panels_per_run; np < panel_end; ++np) {
-      tile.cols = static_cast<int>(std::min<std::int64_t>(nr, p.n - np * nr));
-      tile.bias = p.bias ? bias + np * nr : nullptr;
+    for (std::int64_t group = run * panels_per_run; group < panel_end; group += panels_per_group) {
+      const std::int64_t group_end = std::min(panel_end, group + panels_per_group);
       std::fill(depths.begin(), depths.end(), 0);
       // Leaves in passes (at least one pass: R = 0 still stores its +0 sums).
       std::int64_t leaf = 0;
       do {
         tile.leaf_begin = leaf;
         tile.leaf_end = std::min(leaves, leaf + kLeavesPerPass);
-        if (pack_b_in_task) {
-          const std::int64_t k_begin = contract::linear_leaf_begin(tile.leaf_begin);
-          pack_panel(path, p.b, np * nr, p.n, p.b.col_stride, p.b.row_stride, k_begin,
-                     std::min(p.r, contract::linear_leaf_begin(tile.leaf_end)), nr, chunk);
-          tile.b_panel = chunk;
-          tile.b_first_r = k_begin;
-        } else {
-          tile.b_panel = packed_b + np * b_panel_size;
-          tile.b_first_r = 0;
-        }
-        for (std::int64_t mp = block * panels_per_block; mp < block_end; ++mp) {
-          const std::int64_t in_block = mp - block * panels_per_block;
-          tile.a_panel = packed_a + mp * a_panel_size;
-          tile.stack = stacks + in_block * stack_size;
-          tile.depth = &depths[static_cast<std::size_t>(in_block)];
-          tile.rows = static_cast<int>(std::min<std::int64_t>(mr, p.m - mp * mr));
-          tile.c_offset = mp * mr * p.c_row_stride + np * nr * p.c_col_stride;
-          tile.grad_offset = mp * mr * tile.grad_row_stride + np * nr * tile.grad_col_stride;
-          kernel.run_tile(tile);
+        for (std::int64_t np = group; np < group_end; ++np) {
+          tile.cols = static_cast<int>(std::min<std::int64_t>(nr, p.n - np * nr));
+          tile.bias = p.bias ? bias + np * nr : nullptr;
+          if (pack_b_in_task) {
+            const std::int64_t k_begin = contract::linear_leaf_begin(tile.leaf_begin);
+            pack_panel(path, p.b, np * nr, p.n, p.b.col_stride, p.b.row_stride, k_begin,
+                       std::min(p.r, contract::linear_leaf_begin(tile.leaf_end)), nr, chunk);
+            tile.b_panel = chunk;
+            tile.b_first_r = k_begin;
+          } else {
+            tile.b_panel = packed_b + np * b_panel_size;
+            tile.b_first_r = 0;
+          }
+          // The packed B part the next (panel, pass) reads from memory, fetched into L2 by
+          // the block's first two tiles, a cache line per step (a pass's part of a panel is
+          // 2 x 128 lines).
+          const float* next_b = nullptr;
+          if (!pack_b_in_task && np + 1 < group_end) {
+            next_b = packed_b + (np + 1) * b_panel_size +
+                     contract::linear_leaf_begin(tile.leaf_begin) * nr;
+          } else if (!pack_b_in_task && tile.leaf_end < leaves) {
+            next_b = packed_b + group * b_panel_size +
+                     contract::linear_leaf_begin(tile.leaf_end) * nr;
+          }
+          for (std::int64_t mp = block * panels_per_block; mp < block_end; ++mp) {
+            const std::int64_t in_block = mp - block * panels_per_block;
+            const std::int64_t in_group = (np - group) * panels_per_block + in_block;
+            tile.a_panel = packed_a + mp * a_panel_size;
+            tile.b_prefetch =
+                next_b != nullptr && in_block < 2
+                    ? next_b + in_block * kLeavesPerPass * contract::kLinearLeaf * nr / 2
+                    : nullptr;
+            tile.stack = stacks + in_group * stack_size;
+            tile.depth = &depths[static_cast<std::size_t>(in_group)];
+            tile.rows = static_cast<int>(std::min<std::int64_t>(mr, p.m - mp * mr));
+            tile.c_offset = mp * mr * p.c_row_stride + np * nr * p.c_col_stride;
+            tile.grad_offset = mp * mr * tile.grad_row_stride + np * nr * tile.grad_col_stride;
+            kernel.run_tile(tile);
+          }
         }
         leaf = tile.leaf_end;
       } while (leaf < leaves);

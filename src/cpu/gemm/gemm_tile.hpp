@@ -15,6 +15,9 @@ struct GemmTile {
   const float* a_panel;  // MR rows, r-major: element (i, k) at a_panel[k * MR + i]
   const float* b_panel;  // NR columns, r-major: element (k, j) at b_panel[(k - b_first_r) * NR + j]
   std::int64_t b_first_r;  // the first r b_panel holds (a multiple of the leaf)
+  // Fetched into L2 one cache line per step of r of each leaf while the tile runs (or
+  // nullptr): part of the B panel that the driver's next tiles read from memory.
+  const float* b_prefetch;
   std::int64_t r;
   // This call's leaves: [leaf_begin, leaf_end). A tile's leaves may come in several
   // calls (cache blocking over r); between them its whole state is its stack and depth,

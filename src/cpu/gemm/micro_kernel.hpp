@@ -94,6 +94,7 @@ void run_gemm_tile(const GemmTile& tile) {
   }
   const float* a = tile.a_panel + tile.leaf_begin * contract::kLinearLeaf * MR;
   const float* b = tile.b_panel + (tile.leaf_begin * contract::kLinearLeaf - tile.b_first_r) * NR;
+  const float* b_prefetch = tile.b_prefetch;
   const std::int64_t leaves = contract::linear_leaf_count(tile.r);
   int depth = *tile.depth;
   for (std::int64_t leaf = tile.leaf_begin; leaf < tile.leaf_end; ++leaf) {
@@ -105,6 +106,7 @@ void run_gemm_tile(const GemmTile& tile) {
     for (int k = 0; k < steps; ++k, a += MR, b += NR) {
       // The A panel streams from L2: fetch a few steps ahead.
       __builtin_prefetch(a + 16 * MR);
+      if (b_prefetch != nullptr) __builtin_prefetch(b_prefetch + 16 * k, 0, 2);
       F bv[NV];
       KA_GEMM_UNROLL for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * kWidth);
       KA_GEMM_UNROLL for (int i = 0; i < MR; ++i) {
@@ -112,6 +114,7 @@ void run_gemm_tile(const GemmTile& tile) {
         KA_GEMM_UNROLL for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(av, bv[j], acc[i][j]);
       }
     }
+    if (b_prefetch != nullptr) b_prefetch += 16 * steps;
     for (int merges = tile.merges[leaf]; merges > 0; --merges) {
       const float* older = tile.stack + static_cast<std::int64_t>(--depth) * kTile;
       KA_GEMM_UNROLL for (int i = 0; i < MR; ++i) {
