@@ -272,8 +272,8 @@ void gemm(const detail::GemmProblem& p, int threads, Isa isa) {
             next_b = packed_b + (np + 1) * b_panel_size +
                      contract::linear_leaf_begin(tile.leaf_begin) * nr;
           } else if (!pack_b_in_task && tile.leaf_end < leaves) {
-            next_b = packed_b + group * b_panel_size +
-                     contract::linear_leaf_begin(tile.leaf_end) * nr;
+            next_b =
+                packed_b + group * b_panel_size + contract::linear_leaf_begin(tile.leaf_end) * nr;
           }
           for (std::int64_t mp = block * panels_per_block; mp < block_end; ++mp) {
             const std::int64_t in_block = mp - block * panels_per_block;
