@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <memory>
-#include <new>
 #include <vector>
 
 #include "api/float_env.hpp"
 #include "cpu/gemm/gemm_tile.hpp"
+#include "cpu/gemm/workspace.hpp"
 #include "cpu/thread_pool.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/linear.hpp"
@@ -29,29 +28,6 @@ namespace {
 constexpr std::int64_t kBlockRows = 192;
 constexpr std::int64_t kPanelsPerGroup = 4;
 constexpr std::int64_t kLeavesPerPass = 4;
-
-struct AlignedFree {
-  void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
-};
-using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
-
-// A buffer kept between calls (one per thread: thread_local), grown as needed, so that a
-// warm call allocates nothing and touches no fresh page.
-class Workspace {
- public:
-  float* get(std::int64_t count) {
-    if (count > size_) {
-      data_.reset(static_cast<float*>(
-          ::operator new[](static_cast<std::size_t>(count) * sizeof(float), std::align_val_t{64})));
-      size_ = count;
-    }
-    return data_.get();
-  }
-
- private:
-  AlignedFloats data_;
-  std::int64_t size_ = 0;
-};
 
 bool cpu_has_fma() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -304,6 +280,10 @@ namespace kernel_align::cpu {
 void gemm_epilogue_activation(Isa isa, contract::Activation activation, const float* z,
                               const float* dy, float* out, std::int64_t count) {
   path_for(gemm_isa(isa)).activation(activation, z, dy, out, count);
+}
+
+void gemm_attention_probabilities(Isa isa, float* row, std::int64_t n, float scale) {
+  path_for(gemm_isa(isa)).attention_probabilities(row, n, scale);
 }
 
 }  // namespace kernel_align::cpu

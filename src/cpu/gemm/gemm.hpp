@@ -24,4 +24,8 @@ void gemm(const detail::GemmProblem& p, int threads, Isa isa);
 void gemm_epilogue_activation(Isa isa, contract::Activation activation, const float* z,
                               const float* dy, float* out, std::int64_t count);
 
+// One score row of joint attention on gemm_isa(isa)'s path: row[j] = mul(row[j], scale),
+// then the probabilities exp_f32(sub(s, m)) of the row's maximum m (contract/attention.hpp).
+void gemm_attention_probabilities(Isa isa, float* row, std::int64_t n, float scale);
+
 }  // namespace kernel_align::cpu

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "cpu/gemm/activation_simd.hpp"
+#include "cpu/gemm/attention_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -111,7 +112,8 @@ const GemmKernel kKernels[] = {
 
 const GemmPath& gemm_path_avx2() {
   static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
-                             nullptr, &run_activation<Avx2GemmOps>};
+                             nullptr, &run_activation<Avx2GemmOps>,
+                             &run_attention_probabilities<Avx2GemmOps>};
   return path;
 }
 

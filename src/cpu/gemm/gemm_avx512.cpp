@@ -16,6 +16,7 @@
 #endif
 
 #include "cpu/gemm/activation_simd.hpp"
+#include "cpu/gemm/attention_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -193,7 +194,8 @@ const GemmKernel kKernels[] = {
 
 const GemmPath& gemm_path_avx512() {
   static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
-                             &pack_lines_avx512, &run_activation<Avx512GemmOps>};
+                             &pack_lines_avx512, &run_activation<Avx512GemmOps>,
+                             &run_attention_probabilities<Avx512GemmOps>};
   return path;
 }
 

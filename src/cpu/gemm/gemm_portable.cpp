@@ -1,6 +1,7 @@
 // The portable GEMM path: plain C++ on single floats, compiled without instruction-set
 // flags, so it runs on any CPU. Each lane operation is the contract's scalar function
 // (contract::fma_rn is the C library's correctly rounded fmaf where the CPU lacks FMA).
+#include "cpu/gemm/attention_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -40,7 +41,8 @@ const GemmKernel kKernels[] = {
 
 const GemmPath& gemm_path_portable() {
   static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
-                             nullptr, &run_activation<PortableGemmOps>};
+                             nullptr, &run_activation<PortableGemmOps>,
+                             &run_attention_probabilities_scalar};
   return path;
 }
 

@@ -67,13 +67,16 @@ struct GemmKernel {
 // is the main one, the others serve a few rows, weight-streaming calls), its packing of
 // lines contiguous along r (nullptr: the driver's scalar packing), and the vector
 // activation its epilogue uses, for the tests: out[i] = activate(z[i]), or with dy
-// activate_backward(dy[i], z[i]).
+// activate_backward(dy[i], z[i]); and attention's softmax row over the same vectors.
 struct GemmPath {
   const GemmKernel* kernels;
   int kernel_count;
   void (*pack_lines)(const GemmPackLines& job);
   void (*activation)(contract::Activation activation, const float* z, const float* dy, float* out,
                      std::int64_t count);
+  // One score row of joint attention: scaled, then its probabilities
+  // (attention_simd.hpp).
+  void (*attention_probabilities)(float* row, std::int64_t n, float scale);
 };
 
 const GemmPath& gemm_path_portable();
