@@ -5,6 +5,14 @@
 #include "kernel_align/ops.hpp"
 
 namespace kernel_align::cli {
+
+std::string choices_usage(OpType op, std::string_view option) {
+  std::string usage;
+  for (const std::string& name : option_choices(op, option)) {
+    usage += (usage.empty() ? "" : "|") + name;
+  }
+  return usage;
+}
 namespace {
 
 const FlagSpec* find_flag(std::span<const FlagSpec> flags, std::string_view name) {

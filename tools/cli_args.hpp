@@ -14,9 +14,14 @@
 #include <vector>
 
 #include "kernel_align/error.hpp"
+#include "kernel_align/registry.hpp"
 #include "messages.hpp"
 
 namespace kernel_align::cli {
+
+// "single|diffusers": the names an enumerated option of `op` accepts (its descriptor's),
+// for usage lines.
+std::string choices_usage(OpType op, std::string_view option);
 
 struct FlagSpec {
   std::string_view name;  // "--x"

@@ -12,7 +12,7 @@
 namespace kernel_align::cli {
 namespace {
 
-// --x x.npy --weight w.npy [--bias b.npy] [--activation none|gelu_tanh|silu]
+// --x x.npy --weight w.npy [--bias b.npy] [--activation A]
 constexpr std::array<FlagSpec, 4> kLinearFlags{
     {file_flag("--x"), file_flag("--weight"), file_flag("--bias"), {"--activation"}}};
 
@@ -37,10 +37,7 @@ LinearInputs read_linear_inputs(const Args& args) {
                   read_optional_float_input(args, "--bias"),
                   {}};
   if (const auto activation = args.optional("--activation")) {
-    in.options.activation = parse_choice<Activation>("--activation", *activation,
-                                                     {{"none", Activation::None},
-                                                      {"gelu_tanh", Activation::GeluTanh},
-                                                      {"silu", Activation::Silu}});
+    in.options.activation = activation_from_name(*activation, "--activation");
   }
   return in;
 }
@@ -101,8 +98,9 @@ void run_backward(const Args& args) {
 
 Command linear_forward_command() {
   return {"apply linear",
-          "--x x.npy --weight w.npy [--bias b.npy] [--activation none|gelu_tanh|silu] "
-          "[--out-dtype fp32|bf16|fp16] --out y.npy",
+          "--x x.npy --weight w.npy [--bias b.npy] [--activation " +
+              choices_usage(OpType::Linear, "activation") +
+              "] [--out-dtype fp32|bf16|fp16] --out y.npy",
           "y = act(x w^T + b) under the contract's linear tree; the output dtype defaults to "
           "that of x",
           Args::flags(kLinearFlags, {{"--out-dtype"}, file_flag("--out")}), run_forward};
@@ -110,8 +108,9 @@ Command linear_forward_command() {
 
 Command linear_backward_command() {
   return {"apply linear-backward",
-          "--x x.npy --weight w.npy [--bias b.npy] [--activation none|gelu_tanh|silu] "
-          "--dy dy.npy [--dx dx.npy] [--dw dw.npy] [--db db.npy]",
+          "--x x.npy --weight w.npy [--bias b.npy] [--activation " +
+              choices_usage(OpType::Linear, "activation") +
+              "] --dy dy.npy [--dx dx.npy] [--dw dw.npy] [--db db.npy]",
           "gradients of linear: dx, dw, db (needs --bias), each in the dtype of its tensor",
           Args::flags(kLinearFlags,
                       {file_flag("--dy"), file_flag("--dx"), file_flag("--dw"), file_flag("--db")}),

@@ -11,7 +11,7 @@
 namespace kernel_align::cli {
 namespace {
 
-// --x x.npy [--weight w.npy] [--eps E] [--mode single|diffusers]
+// --x x.npy [--weight w.npy] [--eps E] [--mode M]
 constexpr std::array<FlagSpec, 4> kRmsNormFlags{
     {file_flag("--x"), file_flag("--weight"), {"--eps"}, {"--mode"}}};
 
@@ -35,8 +35,7 @@ RmsNormInputs read_rmsnorm_inputs(const Args& args) {
     in.options.eps = parse_finite_float("--eps", *eps);
   }
   if (const auto mode = args.optional("--mode")) {
-    in.options.mode = parse_choice<NormMode>(
-        "--mode", *mode, {{"single", NormMode::Single}, {"diffusers", NormMode::Diffusers}});
+    in.options.mode = norm_mode_from_name(*mode, "--mode");
   }
   return in;
 }
@@ -77,18 +76,20 @@ void run_backward(const Args& args) {
 }  // namespace
 
 Command rmsnorm_forward_command() {
+  const std::string modes = choices_usage(OpType::QkRmsNorm, "mode");
   return {"apply qk-rmsnorm",
-          "--x x.npy [--weight w.npy] [--eps 1e-6] [--mode single|diffusers] "
-          "[--out-dtype fp32|bf16|fp16] --out y.npy",
+          "--x x.npy [--weight w.npy] [--eps 1e-6] [--mode " + modes +
+              "] [--out-dtype fp32|bf16|fp16] --out y.npy",
           "per-head RMSNorm over the last dim; the output dtype defaults to that of x",
           Args::flags(kRmsNormFlags, {{"--out-dtype"}, file_flag("--out")}), run_forward};
 }
 
 Command rmsnorm_backward_command() {
+  const std::string modes = choices_usage(OpType::QkRmsNorm, "mode");
   return {
       "apply qk-rmsnorm-backward",
-      "--x x.npy --dy dy.npy [--weight w.npy] [--eps 1e-6] [--mode single|diffusers] "
-      "--dx dx.npy [--dw dw.npy]",
+      "--x x.npy --dy dy.npy [--weight w.npy] [--eps 1e-6] [--mode " + modes +
+          "] --dx dx.npy [--dw dw.npy]",
       "gradients of qk-rmsnorm: dx in the dtype of x, dw (needs --weight) in that of the weight",
       Args::flags(kRmsNormFlags, {file_flag("--dy"), file_flag("--dx"), file_flag("--dw")}),
       run_backward};

@@ -26,10 +26,8 @@ constexpr Direction kForward{"--x", "--out", "x", "y", multi_axis_rope_forward};
 constexpr Direction kBackward{"--dy", "--dx", "dy", "dx", multi_axis_rope_backward};
 
 RopeOptions parse_rope_options(const Args& args) {
-  return {parse_choice<Pairing>("--pairing", args.required("--pairing"),
-                                {{"half", Pairing::Half}, {"interleaved", Pairing::Interleaved}}),
-          parse_choice<Layout>("--layout", args.required("--layout"),
-                               {{"bshd", Layout::BSHD}, {"bhsd", Layout::BHSD}})};
+  return {pairing_from_name(args.required("--pairing"), "--pairing"),
+          layout_from_name(args.required("--layout"), "--layout")};
 }
 
 // Tables built from --positions must fit the input; the library would blame
@@ -100,8 +98,10 @@ Command rope_command(std::string name, std::string summary, const Direction& dir
   return {std::move(name),
           std::string(dir.in_flag) + " " + dir.in_name +
               ".npy (--positions pos.npy [--axes 16,56,56] [--theta 10000] | --cos cos.npy "
-              "--sin sin.npy) --pairing half|interleaved --layout bshd|bhsd " +
-              dir.out_flag + " " + dir.out_name + ".npy",
+              "--sin sin.npy) --pairing " +
+              choices_usage(OpType::MultiAxisRope, "pairing") + " --layout " +
+              choices_usage(OpType::MultiAxisRope, "layout") + " " + dir.out_flag + " " +
+              dir.out_name + ".npy",
           std::move(summary), std::move(flags), run};
 }
 

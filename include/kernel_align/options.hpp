@@ -3,6 +3,9 @@
 // aggregates: this header pulls in nothing of the library's arithmetic.
 #pragma once
 
+#include <string>
+#include <string_view>
+
 #include <cstdint>
 
 namespace kernel_align {
@@ -69,5 +72,13 @@ const char* pairing_name(Pairing p);
 const char* layout_name(Layout l);
 // "none", "gelu_tanh", "silu".
 const char* activation_name(Activation a);
+
+// The value whose name (above) is `text`; otherwise an Error naming `argument` (as the
+// front end spells it: "--layout", "layout"), the choices and `text`. The names and their
+// order come from one list, the op's descriptor, for every front end.
+NormMode norm_mode_from_name(std::string_view text, const std::string& argument = "mode");
+Pairing pairing_from_name(std::string_view text, const std::string& argument = "pairing");
+Layout layout_from_name(std::string_view text, const std::string& argument = "layout");
+Activation activation_from_name(std::string_view text, const std::string& argument = "activation");
 
 }  // namespace kernel_align

@@ -53,6 +53,11 @@ inline constexpr Direction kDirections[] = {Direction::Forward, Direction::Backw
 const char* op_type_name(OpType op);
 const char* direction_name(Direction d);
 
+// The names an enumerated option of `op` accepts, in the order of its enum ("bshd",
+// "bhsd" for multi_axis_rope's "layout"); empty when `op` has no such option. From the
+// op's descriptor, the one list that the trace, the CLI and the bindings read.
+std::vector<std::string> option_choices(OpType op, std::string_view option);
+
 // Forces backend `name` as the first choice of every call ("" restores the platform's
 // own order). An unknown name is an Error naming "backend" and listing the valid ones.
 // A forced backend that cannot run a call falls back (or fails in strict mode).

@@ -40,12 +40,6 @@ using LinearBackwardSignature = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const OptionalTensor&, const at::Tensor&,
     c10::string_view, std::array<bool, 3>);
 
-Activation parse_activation(std::string_view text) {
-  return parse("activation", text,
-               std::array{Activation::None, Activation::GeluTanh, Activation::Silu},
-               activation_name);
-}
-
 // x's sizes with the last one replaced by `last`.
 std::vector<std::int64_t> sizes_with_last(const at::Tensor& x, std::int64_t last) {
   std::vector<std::int64_t> sizes(x.sizes().begin(), x.sizes().end());
@@ -61,7 +55,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const OptionalT
     const ConstTensorView xv = input_view(op, "x", x);
     const ConstTensorView wv = input_view(op, "weight", weight);
     const auto bv = input_view(op, "bias", bias);
-    const LinearOptions options{parse_activation(activation)};
+    const LinearOptions options{activation_from_name(activation)};
     const std::int64_t n = wv.rank == 2 ? wv.shape[0] : 1;
     const at::ScalarType y_type = out_dtype.value_or(x.scalar_type());
     StandIns outputs({xv, wv, bv});
@@ -84,7 +78,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward(
     const ConstTensorView wv = input_view(op, "weight", weight);
     const auto bv = input_view(op, "bias", bias);
     const ConstTensorView dyv = input_view(op, "dy", dy);
-    const LinearOptions options{parse_activation(activation)};
+    const LinearOptions options{activation_from_name(activation)};
     if (output_mask[2] && !bias) throw Error("output_mask", "no db without a bias", "db asked");
     StandIns outputs({xv, wv, bv, dyv});
     std::optional<TensorView> dx_in, dw_in, db_in;
@@ -138,7 +132,7 @@ at::Tensor linear_combine_shards(at::TensorList partials, const OptionalTensor& 
       }
     }
     const std::int64_t n = first.size(-1);
-    const auto act = static_cast<contract::Activation>(parse_activation(activation));
+    const auto act = static_cast<contract::Activation>(activation_from_name(activation));
     const DType out = library_dtype(op, "out_dtype", out_dtype);
     const auto bv = input_view(op, "bias", bias);
     if (bv && (bv->rank != 1 || bv->shape[0] != n || !bias->is_cpu())) {

@@ -50,7 +50,7 @@ at::Tensor qk_rmsnorm(const at::Tensor& x, const std::optional<at::Tensor>& weig
   return translate_errors(op, [&] {
     const ConstTensorView xv = input_view(op, "x", x);
     const auto wv = input_view(op, "weight", weight);
-    const RmsNormOptions options{eps_of(eps), parse_norm_mode(mode)};
+    const RmsNormOptions options{eps_of(eps), norm_mode_from_name(mode)};
     const at::ScalarType y_type = out_dtype.value_or(x.scalar_type());
     StandIns outputs({xv, wv});
     detail::rmsnorm_forward_call(xv, wv, outputs.like(xv, library_dtype(op, "out_dtype", y_type)),
@@ -72,7 +72,7 @@ std::tuple<at::Tensor, at::Tensor> qk_rmsnorm_backward(const at::Tensor& x, cons
     const ConstTensorView dyv = input_view(op, "dy", dy);
     const auto wv = input_view(op, "weight", weight);
     if (compute_dw && !weight) throw Error("compute_dw", "false without a weight", "true");
-    const RmsNormOptions options{eps_of(eps), parse_norm_mode(mode)};
+    const RmsNormOptions options{eps_of(eps), norm_mode_from_name(mode)};
     StandIns outputs({xv, dyv, wv});
     const TensorView dx_stand_in = outputs.like(xv, xv.dtype);
     std::optional<TensorView> dw_stand_in;
@@ -89,7 +89,7 @@ std::tuple<at::Tensor, at::Tensor> qk_rmsnorm_backward(const at::Tensor& x, cons
 }
 
 RopeOptions rope_options(c10::string_view pairing, c10::string_view layout) {
-  return {parse_pairing(pairing), parse_layout(layout)};
+  return {pairing_from_name(pairing), layout_from_name(layout)};
 }
 
 at::Tensor multi_axis_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
@@ -162,7 +162,7 @@ QkNormWeights norm_weights(const char* op, const OptionalTensor& text_q,
 QkNormRopeOptions fused_options(std::int64_t text_len, double eps, c10::string_view mode,
                                 c10::string_view pairing, c10::string_view layout) {
   const RopeOptions rope = rope_options(pairing, layout);
-  return {eps_of(eps), parse_norm_mode(mode), rope.pairing, rope.layout, text_len};
+  return {eps_of(eps), norm_mode_from_name(mode), rope.pairing, rope.layout, text_len};
 }
 
 std::tuple<at::Tensor, at::Tensor> qk_norm_rope(
@@ -290,7 +290,7 @@ void qk_rmsnorm_out(const at::Tensor& x, const OptionalTensor& weight, double ep
   translate_errors(op, kOutNames, [&] {
     qk_rmsnorm_forward(input_view(op, "x", x), input_view(op, "weight", weight),
                        output_view(op, "out", out),
-                       RmsNormOptions{eps_of(eps), parse_norm_mode(mode)}, context_of(x));
+                       RmsNormOptions{eps_of(eps), norm_mode_from_name(mode)}, context_of(x));
   });
 }
 
@@ -303,7 +303,7 @@ void qk_rmsnorm_backward_out(const at::Tensor& x, const at::Tensor& dy,
     if (dw) dwv = output_view(op, "dw", *dw);
     qk_rmsnorm_backward(input_view(op, "x", x), input_view(op, "dy", dy),
                         input_view(op, "weight", weight), output_view(op, "dx", dx), dwv,
-                        RmsNormOptions{eps_of(eps), parse_norm_mode(mode)}, context_of(x));
+                        RmsNormOptions{eps_of(eps), norm_mode_from_name(mode)}, context_of(x));
   });
 }
 

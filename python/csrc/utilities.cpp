@@ -135,9 +135,9 @@ void check_options(std::optional<std::int64_t> head_dim, std::optional<double> e
       const float value = fp32_option("eps", *eps);
       if (value < 0.0f) throw Error("eps", "a finite number >= 0", std::to_string(*eps));
     }
-    if (mode) parse_norm_mode(*mode);
-    if (pairing) parse_pairing(*pairing);
-    if (layout) parse_layout(*layout);
+    if (mode) norm_mode_from_name(*mode);
+    if (pairing) pairing_from_name(*pairing);
+    if (layout) layout_from_name(*layout);
   });
 }
 

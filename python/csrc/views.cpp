@@ -141,18 +141,6 @@ ExecutionContext context_of(const at::Tensor& tensor) {
   return {};
 }
 
-NormMode parse_norm_mode(std::string_view text) {
-  return parse("mode", text, std::array{NormMode::Single, NormMode::Diffusers}, norm_mode_name);
-}
-
-Pairing parse_pairing(std::string_view text) {
-  return parse("pairing", text, std::array{Pairing::Half, Pairing::Interleaved}, pairing_name);
-}
-
-Layout parse_layout(std::string_view text) {
-  return parse("layout", text, std::array{Layout::BSHD, Layout::BHSD}, layout_name);
-}
-
 Error renamed(const Error& e, Renames renames) {
   std::string argument = e.argument();
   std::string expected = e.expected();

@@ -72,10 +72,6 @@ std::string torch_dtype_name(at::ScalarType type);
 // tensors' device whatever the current one is.
 ExecutionContext context_of(const at::Tensor& tensor);
 
-NormMode parse_norm_mode(std::string_view text);
-Pairing parse_pairing(std::string_view text);
-Layout parse_layout(std::string_view text);
-
 // Throws the ValueError torch raises for a c10::ValueError: "kernel_align.<op>: <message>".
 [[noreturn]] void raise_value_error(const char* op, const std::string& message);
 

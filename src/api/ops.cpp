@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "api/call.hpp"
 #include "api/descriptors.hpp"
@@ -143,27 +146,64 @@ float fp32_option(const std::string& argument, double value) {
   return rounded;
 }
 
-// The descriptors' spellings (api/descriptors.cpp), one list for every front end.
-const char* pairing_name(Pairing p) {
-  return detail::descriptor(OpType::MultiAxisRope)
-      .option("pairing")
-      ->choices.at(static_cast<std::size_t>(p));
-}
-const char* layout_name(Layout l) {
-  return detail::descriptor(OpType::MultiAxisRope)
-      .option("layout")
-      ->choices.at(static_cast<std::size_t>(l));
-}
-const char* norm_mode_name(NormMode m) {
-  return detail::descriptor(OpType::QkRmsNorm)
-      .option("mode")
-      ->choices.at(static_cast<std::size_t>(m));
+// The descriptors' spellings (api/descriptors.cpp), one list for every front end: an
+// option's choices in the order of its enum.
+namespace {
+
+const detail::OptionSpec& choice_option(OpType op, const char* name) {
+  return *detail::descriptor(op).option(name);
 }
 
+template <class Enum>
+const char* choice_name(OpType op, const char* option, Enum value) {
+  return choice_option(op, option).choices.at(static_cast<std::size_t>(value));
+}
+
+template <class Enum>
+Enum choice_from_name(OpType op, const char* option, std::string_view text,
+                      const std::string& argument) {
+  const std::span<const char* const> names = choice_option(op, option).choice_names();
+  std::string listed;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (text == names[i]) return static_cast<Enum>(i);
+    listed += (i == 0 ? "" : ", ") + std::string(names[i]);
+  }
+  throw Error(argument, "one of " + listed, "'" + std::string(text) + "'");
+}
+
+}  // namespace
+
+const char* pairing_name(Pairing p) {
+  return choice_name(OpType::MultiAxisRope, "pairing", p);
+}
+const char* layout_name(Layout l) {
+  return choice_name(OpType::MultiAxisRope, "layout", l);
+}
+const char* norm_mode_name(NormMode m) {
+  return choice_name(OpType::QkRmsNorm, "mode", m);
+}
 const char* activation_name(Activation a) {
-  return detail::descriptor(OpType::Linear)
-      .option("activation")
-      ->choices.at(static_cast<std::size_t>(a));
+  return choice_name(OpType::Linear, "activation", a);
+}
+
+std::vector<std::string> option_choices(OpType op, std::string_view option) {
+  const detail::OptionSpec* spec = detail::descriptor(op).option(option);
+  if (spec == nullptr) return {};
+  const std::span<const char* const> names = spec->choice_names();
+  return {names.begin(), names.end()};
+}
+
+NormMode norm_mode_from_name(std::string_view text, const std::string& argument) {
+  return choice_from_name<NormMode>(OpType::QkRmsNorm, "mode", text, argument);
+}
+Pairing pairing_from_name(std::string_view text, const std::string& argument) {
+  return choice_from_name<Pairing>(OpType::MultiAxisRope, "pairing", text, argument);
+}
+Layout layout_from_name(std::string_view text, const std::string& argument) {
+  return choice_from_name<Layout>(OpType::MultiAxisRope, "layout", text, argument);
+}
+Activation activation_from_name(std::string_view text, const std::string& argument) {
+  return choice_from_name<Activation>(OpType::Linear, "activation", text, argument);
 }
 
 }  // namespace kernel_align

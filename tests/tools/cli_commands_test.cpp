@@ -405,6 +405,15 @@ TEST_F(CliTest, LinearForwardAndBackwardWriteTheLibrarysBytes) {
       {"apply", "linear-backward", "--x", "x.npy", "--weight", "w.npy", "--dy", "dy.npy"}, "--dx");
   expect_bad_argument({"apply", "linear", "--x", "x.npy", "--weight", "dy.npy", "--out", "y2.npy"},
                       "--weight");
+  // The choices come from the op's descriptor, named in the message.
+  const CliResult bad = run({"apply", "linear", "--x", "x.npy", "--weight", "w.npy", "--activation",
+                             "gelu", "--out", "y2.npy"});
+  EXPECT_EQ(bad.err,
+            "kernel-align: error: argument '--activation': expected one of none, gelu_tanh, silu, "
+            "found 'gelu'\n");
+  expect_bad_argument({"apply", "linear", "--x", "x.npy", "--weight", "w.npy", "--activation",
+                       "gelu", "--out", "y2.npy"},
+                      "--activation");
 }
 
 }  // namespace
