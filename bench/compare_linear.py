@@ -12,7 +12,8 @@ read once), the same-run time of a copy of the weight's bytes over ours (target 
 --backward also times dx and dw (ours: linear_backward; torch: autograd of F.linear, both
 as one backward of a graph built once). --block times one real-size Qwen-Image block
 (3072 wide, 24 heads, a 512x512 image and 64 text tokens; diffusers 0.42.1's
-QwenImageTransformerBlock with random weights), forward and backward, inside
+QwenImageTransformerBlock with random weights; --block-dtypes, bf16 and fp32), forward and
+backward, inside
 kernel_align.batch_invariant() against torch's defaults (target <= 1.25x).
 """
 
@@ -101,18 +102,18 @@ def measure(n, k, activation, m, dtype, threads, repeats, backward):
     return row
 
 
-def block_ratio(threads: int, repeats: int) -> dict:
+def block_ratio(threads: int, repeats: int, dtype: torch.dtype) -> dict:
     from diffusers.models.transformers.transformer_qwenimage import (
         QwenEmbedRope, QwenImageTransformerBlock)
     torch.set_num_threads(threads)
     kernel_align.set_num_threads(threads)
     torch.manual_seed(0)
     block = QwenImageTransformerBlock(dim=3072, num_attention_heads=24,
-                                      attention_head_dim=128).bfloat16()
+                                      attention_head_dim=128).to(dtype)
     image_tokens, text_tokens = 32 * 32, 64  # 512x512 pixels: 64x64 latents, 2x2 patches
-    img = torch.randn(1, image_tokens, 3072).bfloat16().requires_grad_()
-    txt = torch.randn(1, text_tokens, 3072).bfloat16().requires_grad_()
-    temb = torch.randn(1, 3072).bfloat16()
+    img = torch.randn(1, image_tokens, 3072).to(dtype).requires_grad_()
+    txt = torch.randn(1, text_tokens, 3072).to(dtype).requires_grad_()
+    temb = torch.randn(1, 3072).to(dtype)
     rope = QwenEmbedRope(theta=10000, axes_dim=[16, 56, 56], scale_rope=True)
     freqs = rope([(1, 32, 32)], max_txt_seq_len=text_tokens, device=torch.device("cpu"))
 
@@ -127,7 +128,8 @@ def block_ratio(threads: int, repeats: int) -> dict:
         times["torch"].append(best(step, 1))
         with kernel_align.batch_invariant():
             times["batch_invariant"].append(best(step, 1))
-    result = {"threads": threads, "torch_s": min(times["torch"]),
+    result = {"threads": threads, "dtype": str(dtype).removeprefix("torch."),
+              "torch_s": min(times["torch"]),
               "batch_invariant_s": min(times["batch_invariant"])}
     result["ratio"] = result["batch_invariant_s"] / result["torch_s"]
     return result
@@ -143,6 +145,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backward", action="store_true")
     parser.add_argument("--block", action="store_true")
+    parser.add_argument("--block-dtypes", nargs="+", choices=sorted(DTYPES),
+                        default=["bf16", "fp32"])
     parser.add_argument("--json")
     parser.add_argument("--csv")
     args = parser.parse_args(argv)
@@ -171,10 +175,11 @@ def main(argv=None) -> int:
                     print(line, f"[{len(rows)}/{total}]", file=sys.stdout, flush=True)
     document = {"rows": rows}
     if args.block:
-        document["block"] = [block_ratio(t, max(2, args.repeats // 2)) for t in threads]
+        document["block"] = [block_ratio(t, max(2, args.repeats // 2), DTYPES[d])
+                             for t in threads for d in args.block_dtypes]
         for r in document["block"]:
             print(f"Qwen-Image block (3072 wide, 512x512 + 64 text), forward+backward, "
-                  f"{r['threads']} thread(s): torch {r['torch_s']:.2f} s, batch-invariant "
+                  f"{r['dtype']}, {r['threads']} thread(s): torch {r['torch_s']:.2f} s, batch-invariant "
                   f"{r['batch_invariant_s']:.2f} s, ratio {r['ratio']:.2f} (target <= 1.25)")
     if args.json:
         with open(args.json, "w") as f:
