@@ -3,11 +3,16 @@
 // ISA path, against the FMA peak of this core measured in the same run (independent
 // vfmadd chains, times the threads), and for M <= 16 (weight-streaming calls) against a
 // memcpy of the weight's bytes timed in the same run.
+// `gemm_perf attention S H D [threads [f32|bf16]]` times joint attention's CPU engine
+// (cpu/attention.hpp, one sample of S tokens, H heads of D, no mask) forward and backward,
+// counting its GEMM-like parts (forward: scores and P V, 4 S^2 H D flops; backward: the
+// recomputed scores, dP, dV, dQ and dK, 10 S^2 H D) against the same-run FMA peak.
 // Usage: gemm_perf [M N K [threads [f32|bf16 [avx512|avx2]]]]; without arguments the
 // table of issue 31's shapes, 1 and 2 threads, fp32 and bf16. Needs AVX-512 (the peak
 // loop is AVX-512 assembly). Prints one line per case:
 //   M N K dtype isa threads seconds GFLOP/s %peak [memcpy-ratio]
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -15,9 +20,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "api/attention_problem.hpp"
 #include "api/gemm_problem.hpp"
+#include "cpu/attention.hpp"
 #include "cpu/gemm/gemm.hpp"
 #include "kernel_align/contract/convert.hpp"
 
@@ -122,12 +130,56 @@ void run_case(const Case& c, double peak_1thread) {
   std::fflush(stdout);
 }
 
+void run_attention(std::int64_t seq, std::int64_t heads, std::int64_t dim, int threads,
+                   kernel_align::DType dtype, double peak_1thread) {
+  using namespace kernel_align;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  const std::int64_t count = seq * heads * dim;
+  const std::size_t size = dtype_size(dtype);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(count) * size), k(q), v(q), dout(q),
+      out(q), dq(q), dk(q), dv(q);
+  for (std::vector<std::uint8_t>* t : {&q, &k, &v, &dout}) {
+    for (std::int64_t i = 0; i < count; ++i) contract::store_output(dtype, t->data(), i, normal(rng));
+  }
+  const std::array<std::int64_t, 4> strides{seq * heads * dim, heads * dim, dim, 1};
+  const auto in = [&](const std::vector<std::uint8_t>& t) {
+    return detail::AttentionInput{t.data(), dtype, strides};
+  };
+  const auto output = [&](std::vector<std::uint8_t>& t) {
+    return detail::AttentionOutput{t.data(), dtype, strides};
+  };
+  const detail::AttentionProblem forward{1, seq, heads, dim, in(q), in(k), in(v), {}, output(out)};
+  const detail::AttentionBackwardProblem backward{
+      1, seq, heads, dim, in(q), in(k), in(v), {}, in(out), in(dout), output(dq), output(dk),
+      output(dv)};
+  const double s2hd = static_cast<double>(seq) * static_cast<double>(seq) *
+                      static_cast<double>(heads) * static_cast<double>(dim);
+  const double tf = best_seconds(2, [&] { cpu::attention_forward(forward, threads, best_isa()); });
+  const double tb = best_seconds(2, [&] { cpu::attention_backward(backward, threads, best_isa()); });
+  for (const auto& [name, t, flops] :
+       {std::tuple{"forward", tf, 4 * s2hd}, std::tuple{"backward", tb, 10 * s2hd}}) {
+    const double gflops = flops / t * 1e-9;
+    std::printf("attention %-8s S %6lld H %3lld D %4lld %5s %d  %9.6f s %7.1f GFLOP/s %5.1f%% peak\n",
+                name, static_cast<long long>(seq), static_cast<long long>(heads),
+                static_cast<long long>(dim), dtype_name(dtype), threads, t, gflops,
+                100 * gflops / (peak_1thread * threads));
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace kernel_align;
   const double peak = fma_peak_gflops();
   std::printf("fma peak (1 thread): %.1f GFLOP/s\n", peak);
+  if (argc > 4 && std::string(argv[1]) == "attention") {
+    run_attention(std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]),
+                  argc > 5 ? std::atoi(argv[5]) : 1,
+                  argc > 6 && std::string(argv[6]) == "bf16" ? DType::BF16 : DType::F32, peak);
+    return 0;
+  }
   std::vector<Case> cases;
   if (argc > 3) {
     Case c{std::atoll(argv[1]), std::atoll(argv[2]), std::atoll(argv[3]), DType::F32, 1,
