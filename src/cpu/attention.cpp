@@ -1,5 +1,6 @@
 #include "cpu/attention.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -45,8 +46,14 @@ void gather(const AttentionInput& t, std::int64_t b, std::int64_t h, std::int64_
             const std::vector<std::int64_t>& valid, float* dst, int threads) {
   ThreadPool::instance().run(threads, static_cast<std::int64_t>(valid.size()), [&](std::int64_t i) {
     const std::int64_t s = valid[static_cast<std::size_t>(i)];
+    const std::int64_t first = t.offset(b, s, h, 0);
+    if (t.dtype == DType::F32 && t.strides[3] == 1) {
+      const float* src = static_cast<const float*>(t.data) + first;
+      std::copy(src, src + dim, dst + i * dim);
+      return;
+    }
     for (std::int64_t d = 0; d < dim; ++d) {
-      dst[i * dim + d] = contract::load_f32(t.dtype, t.data, t.offset(b, s, h, d));
+      dst[i * dim + d] = contract::load_f32(t.dtype, t.data, first + d * t.strides[3]);
     }
   });
 }

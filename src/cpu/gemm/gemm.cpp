@@ -77,6 +77,11 @@ void widen(const detail::GemmMatrix& m, std::int64_t offset, std::int64_t step, 
   switch (m.dtype) {
     case DType::F32: {
       const float* src = static_cast<const float*>(m.data) + offset;
+      if (step == 1 && dst_step == 1) {
+        // Lines contiguous in memory (B of P V, A of P^T dO): a copy.
+        std::copy(src, src + count, dst);
+        break;
+      }
       for (std::int64_t i = 0; i < count; ++i) dst[i * dst_step] = src[i * step];
       break;
     }
