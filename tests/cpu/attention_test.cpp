@@ -5,6 +5,8 @@
 // [text, padding, image] sequence has it); the scale; NaN and fully masked samples.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -161,6 +163,49 @@ TEST(Attention, EngineMatchesReference) {
   // Past the engine's blocks (192 rows, groups of 128 columns, passes of 4 leaves):
   // n = 290 valid of 300.
   check({1, 300, 1, 64, DType::F32, prefix_mask(300, {290})}, 8);
+}
+
+// q, k and v as views of one packed [B, S, 3, H, D] QKV tensor and the output with a
+// padded row: the engine reads and writes through the strides, as the reference does.
+TEST(Attention, StridedViews) {
+  const std::int64_t batch = 2, seq = 45, heads = 3, dim = 20;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  std::vector<float> qkv(static_cast<std::size_t>(batch * seq * 3 * heads * dim));
+  for (float& x : qkv) x = normal(rng);
+  const std::array<std::int64_t, 4> in_strides{seq * 3 * heads * dim, 3 * heads * dim, dim, 1};
+  const auto view = [&](int which) {
+    return detail::AttentionInput{qkv.data() + which * heads * dim, DType::F32, in_strides};
+  };
+  const std::int64_t row = heads * dim + 7;  // the output's tokens 7 elements apart
+  const std::array<std::int64_t, 4> out_strides{seq * row, row, dim, 1};
+  std::vector<float> want(static_cast<std::size_t>(batch * seq * row), -1.0f), got(want);
+  const std::vector<std::uint8_t> mask = prefix_mask(seq, {45, 30});
+  const detail::AttentionMask m{mask.data(), seq, 1};
+  reference::attention_forward({batch,
+                                seq,
+                                heads,
+                                dim,
+                                view(0),
+                                view(1),
+                                view(2),
+                                m,
+                                {want.data(), DType::F32, out_strides}});
+  for (Isa isa : isas()) {
+    std::fill(got.begin(), got.end(), -1.0f);
+    cpu::attention_forward({batch,
+                            seq,
+                            heads,
+                            dim,
+                            view(0),
+                            view(1),
+                            view(2),
+                            m,
+                            {got.data(), DType::F32, out_strides}},
+                           2, isa);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << isa_name(isa);
+  }
+  EXPECT_EQ(want[heads * dim], -1.0f) << "the gap between tokens was written";
 }
 
 TEST(Attention, FullyMaskedSampleIsZero) {

@@ -137,10 +137,11 @@ void run_attention(std::int64_t seq, std::int64_t heads, std::int64_t dim, int t
   std::normal_distribution<float> normal;
   const std::int64_t count = seq * heads * dim;
   const std::size_t size = dtype_size(dtype);
-  std::vector<std::uint8_t> q(static_cast<std::size_t>(count) * size), k(q), v(q), dout(q),
-      out(q), dq(q), dk(q), dv(q);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(count) * size), k(q), v(q), dout(q), out(q),
+      dq(q), dk(q), dv(q);
   for (std::vector<std::uint8_t>* t : {&q, &k, &v, &dout}) {
-    for (std::int64_t i = 0; i < count; ++i) contract::store_output(dtype, t->data(), i, normal(rng));
+    for (std::int64_t i = 0; i < count; ++i)
+      contract::store_output(dtype, t->data(), i, normal(rng));
   }
   const std::array<std::int64_t, 4> strides{seq * heads * dim, heads * dim, dim, 1};
   const auto in = [&](const std::vector<std::uint8_t>& t) {
@@ -151,19 +152,20 @@ void run_attention(std::int64_t seq, std::int64_t heads, std::int64_t dim, int t
   };
   const detail::AttentionProblem forward{1, seq, heads, dim, in(q), in(k), in(v), {}, output(out)};
   const detail::AttentionBackwardProblem backward{
-      1, seq, heads, dim, in(q), in(k), in(v), {}, in(out), in(dout), output(dq), output(dk),
-      output(dv)};
+      1,  seq,     heads,    dim,        in(q),      in(k),     in(v),
+      {}, in(out), in(dout), output(dq), output(dk), output(dv)};
   const double s2hd = static_cast<double>(seq) * static_cast<double>(seq) *
                       static_cast<double>(heads) * static_cast<double>(dim);
   const double tf = best_seconds(2, [&] { cpu::attention_forward(forward, threads, best_isa()); });
-  const double tb = best_seconds(2, [&] { cpu::attention_backward(backward, threads, best_isa()); });
+  const double tb =
+      best_seconds(2, [&] { cpu::attention_backward(backward, threads, best_isa()); });
   for (const auto& [name, t, flops] :
        {std::tuple{"forward", tf, 4 * s2hd}, std::tuple{"backward", tb, 10 * s2hd}}) {
     const double gflops = flops / t * 1e-9;
-    std::printf("attention %-8s S %6lld H %3lld D %4lld %5s %d  %9.6f s %7.1f GFLOP/s %5.1f%% peak\n",
-                name, static_cast<long long>(seq), static_cast<long long>(heads),
-                static_cast<long long>(dim), dtype_name(dtype), threads, t, gflops,
-                100 * gflops / (peak_1thread * threads));
+    std::printf(
+        "attention %-8s S %6lld H %3lld D %4lld %5s %d  %9.6f s %7.1f GFLOP/s %5.1f%% peak\n", name,
+        static_cast<long long>(seq), static_cast<long long>(heads), static_cast<long long>(dim),
+        dtype_name(dtype), threads, t, gflops, 100 * gflops / (peak_1thread * threads));
   }
   std::fflush(stdout);
 }
