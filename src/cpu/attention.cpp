@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,17 @@ void probabilities(const float* q, const float* k, std::int64_t n, std::int64_t 
           isa);
 }
 
+// The valid tokens of sample b, after +0 is written at every other position of `outputs`.
+template <class Problem>
+std::vector<std::int64_t> valid_tokens(const Problem& p, std::int64_t b,
+                                       std::initializer_list<const AttentionOutput*> outputs) {
+  std::vector<std::int64_t> valid = detail::attention_valid_tokens(p.mask, p.seq, b);
+  for (const AttentionOutput* out : outputs) {
+    detail::attention_zero_padding(*out, b, p.seq, p.heads, p.dim, valid);
+  }
+  return valid;
+}
+
 }  // namespace
 
 void attention_forward(const detail::AttentionProblem& p, int threads, Isa isa) {
@@ -90,9 +102,8 @@ void attention_forward(const detail::AttentionProblem& p, int threads, Isa isa) 
   const std::int64_t dim = p.dim;
   thread_local Workspace q_space, k_space, v_space, score_space, sum_space, u_space;
   for (std::int64_t b = 0; b < p.batch; ++b) {
-    const std::vector<std::int64_t> valid = detail::attention_valid_tokens(p.mask, p.seq, b);
+    const std::vector<std::int64_t> valid = valid_tokens(p, b, {&p.out});
     const auto n = static_cast<std::int64_t>(valid.size());
-    detail::attention_zero_padding(p.out, b, p.seq, p.heads, dim, valid);
     if (n == 0) continue;
     float* const q = q_space.get(n * dim);
     float* const k = k_space.get(n * dim);
@@ -120,11 +131,8 @@ void attention_backward(const detail::AttentionBackwardProblem& p, int threads, 
       dp_space, delta_space, grad_space;
   ThreadPool& pool = ThreadPool::instance();
   for (std::int64_t b = 0; b < p.batch; ++b) {
-    const std::vector<std::int64_t> valid = detail::attention_valid_tokens(p.mask, p.seq, b);
+    const std::vector<std::int64_t> valid = valid_tokens(p, b, {&p.dq, &p.dk, &p.dv});
     const auto n = static_cast<std::int64_t>(valid.size());
-    for (const AttentionOutput* g : {&p.dq, &p.dk, &p.dv}) {
-      detail::attention_zero_padding(*g, b, p.seq, p.heads, dim, valid);
-    }
     if (n == 0) continue;
     float* const q = q_space.get(n * dim);
     float* const k = k_space.get(n * dim);

@@ -182,27 +182,15 @@ TEST(Attention, StridedViews) {
   std::vector<float> want(static_cast<std::size_t>(batch * seq * row), -1.0f), got(want);
   const std::vector<std::uint8_t> mask = prefix_mask(seq, {45, 30});
   const detail::AttentionMask m{mask.data(), seq, 1};
-  reference::attention_forward({batch,
-                                seq,
-                                heads,
-                                dim,
-                                view(0),
-                                view(1),
-                                view(2),
-                                m,
-                                {want.data(), DType::F32, out_strides}});
+  const auto problem = [&](std::vector<float>& out) {
+    return detail::AttentionProblem{batch,   seq,     heads,
+                                    dim,     view(0), view(1),
+                                    view(2), m,       {out.data(), DType::F32, out_strides}};
+  };
+  reference::attention_forward(problem(want));
   for (Isa isa : isas()) {
     std::fill(got.begin(), got.end(), -1.0f);
-    cpu::attention_forward({batch,
-                            seq,
-                            heads,
-                            dim,
-                            view(0),
-                            view(1),
-                            view(2),
-                            m,
-                            {got.data(), DType::F32, out_strides}},
-                           2, isa);
+    cpu::attention_forward(problem(got), 2, isa);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << isa_name(isa);
   }
   EXPECT_EQ(want[heads * dim], -1.0f) << "the gap between tokens was written";

@@ -100,66 +100,55 @@ struct Avx2GemmOps {
   }
 };
 
-// Line l at r in [k, k + count) of a GemmPackLines job (job.offset is line 0's k_begin),
-// widened, +0 past `count`.
-inline __m256 load_line(const GemmPackLines& job, int l, std::int64_t k, int count) {
-  const std::int64_t index = job.offset + l * job.line_stride + (k - job.k_begin);
-  if (count == 8) {
-    const auto* h = static_cast<const std::uint16_t*>(job.data) + index;
-    switch (job.dtype) {
-      case DType::BF16:
-        return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))), 16));
-      case DType::F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
-      case DType::F32:
-        break;
-    }
-    return _mm256_loadu_ps(static_cast<const float*>(job.data) + index);
-  }
-  alignas(32) float tail[8] = {};
-  for (int c = 0; c < count; ++c) tail[c] = contract::load_f32(job.dtype, job.data, index + c);
-  return _mm256_load_ps(tail);
-}
-
-// In place: row i of the 8 x 8 block becomes its column i.
-inline void transpose8(__m256 r[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 2; ++g) {
-    u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
-    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
-  }
-}
-
-// GemmPath::pack_lines: 8 lines by 8 r at a time through register transposes.
-void pack_lines_avx2(const GemmPackLines& job) {
-  for (int l0 = 0; l0 < job.width; l0 += 8) {
-    const int group = job.width - l0 < 8 ? job.width - l0 : 8;
-    const __m256i store_mask =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(group), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const int present = job.lines - l0 < group ? job.lines - l0 : group;
-    for (std::int64_t k = job.k_begin; k < job.k_end; k += 8) {
-      const int count = job.k_end - k < 8 ? static_cast<int>(job.k_end - k) : 8;
-      __m256 r[8];
-      for (int l = 0; l < 8; ++l) {
-        r[l] = l < present ? load_line(job, l0 + l, k, count) : _mm256_setzero_ps();
+// pack_lines_by_transposes' operations: 8 x 8 blocks.
+struct Avx2Transposer {
+  using F = __m256;
+  static constexpr int kWidth = 8;
+  static F zero() { return _mm256_setzero_ps(); }
+  // Line l at r in [k, k + count) of a GemmPackLines job (job.offset is line 0's
+  // k_begin), widened, +0 past `count`.
+  static F load_line(const GemmPackLines& job, int l, std::int64_t k, int count) {
+    const std::int64_t index = job.offset + l * job.line_stride + (k - job.k_begin);
+    if (count == 8) {
+      const auto* h = static_cast<const std::uint16_t*>(job.data) + index;
+      switch (job.dtype) {
+        case DType::BF16:
+          return _mm256_castsi256_ps(_mm256_slli_epi32(
+              _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))), 16));
+        case DType::F16:
+          return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+        case DType::F32:
+          break;
       }
-      transpose8(r);
-      float* dst = job.dst + (k - job.k_begin) * job.width + l0;
-      for (int c = 0; c < count; ++c) _mm256_maskstore_ps(dst + c * job.width, store_mask, r[c]);
+      return _mm256_loadu_ps(static_cast<const float*>(job.data) + index);
+    }
+    alignas(32) float tail[8] = {};
+    for (int c = 0; c < count; ++c) tail[c] = contract::load_f32(job.dtype, job.data, index + c);
+    return _mm256_load_ps(tail);
+  }
+  // In place: row i of the 8 x 8 block becomes its column i.
+  static void transpose(F r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {
+      u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; ++c) {
+      r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+      r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
     }
   }
-}
+  static __m256i store_mask(int lanes) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static void store(float* dst, __m256i mask, F v) { _mm256_maskstore_ps(dst, mask, v); }
+};
 
 constexpr int kNv = 2;
 
@@ -174,7 +163,8 @@ const GemmKernel kKernels[] = {
 
 const GemmPath& gemm_path_avx2() {
   static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
-                             &pack_lines_avx2, &run_activation<Avx2GemmOps>,
+                             &pack_lines_by_transposes<Avx2Transposer>,
+                             &run_activation<Avx2GemmOps>,
                              &run_attention_probabilities<Avx2GemmOps>};
   return path;
 }

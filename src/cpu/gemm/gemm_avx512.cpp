@@ -115,70 +115,61 @@ struct Avx512GemmOps {
   }
 };
 
-// Line l at r in [k, k + count) of a GemmPackLines job (job.offset is line 0's k_begin),
-// widened, +0 past `count` and for lines past job.lines.
-inline __m512 load_line(const GemmPackLines& job, int l, std::int64_t k, int count) {
-  const __mmask16 mask = static_cast<__mmask16>(count >= 16 ? 0xFFFF : (1u << count) - 1);
-  const std::int64_t index = job.offset + l * job.line_stride + (k - job.k_begin);
-  switch (job.dtype) {
-    case DType::BF16: {
-      const __m256i h =
-          _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(job.data) + index);
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-    case DType::F16:
-      return _mm512_cvtph_ps(
-          _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(job.data) + index));
-    case DType::F32:
-      break;
-  }
-  return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(job.data) + index);
-}
-
-// In place: row i of the 16 x 16 block becomes its column i.
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // u[4 g + c]: in 128-bit lane L, rows 4g .. 4g + 3 of column 4 L + c.
-  __m512 u[16];
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-    const __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-    const __m512 odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-    r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);
-    r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xDD);
-    r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);
-  }
-}
-
-void pack_lines_avx512(const GemmPackLines& job) {
-  for (int l0 = 0; l0 < job.width; l0 += 16) {
-    const int group = job.width - l0 < 16 ? job.width - l0 : 16;
-    const __mmask16 store_mask = static_cast<__mmask16>(group == 16 ? 0xFFFF : (1u << group) - 1);
-    const int present = job.lines - l0 < group ? job.lines - l0 : group;
-    for (std::int64_t k = job.k_begin; k < job.k_end; k += 16) {
-      const int count = job.k_end - k < 16 ? static_cast<int>(job.k_end - k) : 16;
-      __m512 r[16];
-      for (int l = 0; l < 16; ++l) {
-        r[l] = l < present ? load_line(job, l0 + l, k, count) : _mm512_setzero_ps();
+// pack_lines_by_transposes' operations: 16 x 16 blocks.
+struct Avx512Transposer {
+  using F = __m512;
+  static constexpr int kWidth = 16;
+  static F zero() { return _mm512_setzero_ps(); }
+  // Line l at r in [k, k + count) of a GemmPackLines job (job.offset is line 0's
+  // k_begin), widened, +0 past `count`.
+  static F load_line(const GemmPackLines& job, int l, std::int64_t k, int count) {
+    const __mmask16 mask = static_cast<__mmask16>(count >= 16 ? 0xFFFF : (1u << count) - 1);
+    const std::int64_t index = job.offset + l * job.line_stride + (k - job.k_begin);
+    switch (job.dtype) {
+      case DType::BF16: {
+        const __m256i h =
+            _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(job.data) + index);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
       }
-      transpose16(r);
-      float* dst = job.dst + (k - job.k_begin) * job.width + l0;
-      for (int c = 0; c < count; ++c) _mm512_mask_storeu_ps(dst + c * job.width, store_mask, r[c]);
+      case DType::F16:
+        return _mm512_cvtph_ps(
+            _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(job.data) + index));
+      case DType::F32:
+        break;
+    }
+    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(job.data) + index);
+  }
+  // In place: row i of the 16 x 16 block becomes its column i.
+  static void transpose(F r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4 g + c]: in 128-bit lane L, rows 4g .. 4g + 3 of column 4 L + c.
+    __m512 u[16];
+    for (int g = 0; g < 4; ++g) {
+      u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+      const __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+      const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+      const __m512 odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+      r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);
+      r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xDD);
+      r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);
+      r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xDD);
     }
   }
-}
+  static __mmask16 store_mask(int lanes) {
+    return static_cast<__mmask16>(lanes == 16 ? 0xFFFF : (1u << lanes) - 1);
+  }
+  static void store(float* dst, __mmask16 mask, F v) { _mm512_mask_storeu_ps(dst, mask, v); }
+};
 
 constexpr int kNv = 2;
 
@@ -194,7 +185,8 @@ const GemmKernel kKernels[] = {
 
 const GemmPath& gemm_path_avx512() {
   static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
-                             &pack_lines_avx512, &run_activation<Avx512GemmOps>,
+                             &pack_lines_by_transposes<Avx512Transposer>,
+                             &run_activation<Avx512GemmOps>,
                              &run_attention_probabilities<Avx512GemmOps>};
   return path;
 }

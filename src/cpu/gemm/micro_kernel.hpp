@@ -155,6 +155,30 @@ void run_gemm_tile(const GemmTile& tile) {
   store_tile_epilogue<V, MR, NV>(tile, sums);
 }
 
+// GemmPath::pack_lines over a transposer T of kWidth lanes: kWidth lines by kWidth r at a
+// time, loaded (T::load_line: line l at r in [k, k + count), widened, +0 past count),
+// transposed in registers (T::transpose) and stored kWidth lines wide, masked to the
+// panel's width (T::store_mask(lanes), T::store).
+template <class T>
+void pack_lines_by_transposes(const GemmPackLines& job) {
+  constexpr int kWidth = T::kWidth;
+  for (int l0 = 0; l0 < job.width; l0 += kWidth) {
+    const int group = job.width - l0 < kWidth ? job.width - l0 : kWidth;
+    const auto store_mask = T::store_mask(group);
+    const int present = job.lines - l0 < group ? job.lines - l0 : group;
+    for (std::int64_t k = job.k_begin; k < job.k_end; k += kWidth) {
+      const int count = job.k_end - k < kWidth ? static_cast<int>(job.k_end - k) : kWidth;
+      typename T::F r[kWidth];
+      for (int l = 0; l < kWidth; ++l) {
+        r[l] = l < present ? T::load_line(job, l0 + l, k, count) : T::zero();
+      }
+      T::transpose(r);
+      float* dst = job.dst + (k - job.k_begin) * job.width + l0;
+      for (int c = 0; c < count; ++c) T::store(dst + c * job.width, store_mask, r[c]);
+    }
+  }
+}
+
 // GemmPath::activation over V.
 template <class V>
 void run_activation(contract::Activation activation, const float* z, const float* dy, float* out,
