@@ -128,7 +128,7 @@ void attention_backward(const detail::AttentionBackwardProblem& p, int threads, 
   const float scale = contract::attention_scale(p.dim);
   const std::int64_t dim = p.dim;
   thread_local Workspace q_space, k_space, v_space, o_space, do_space, score_space, sum_space,
-      dp_space, delta_space, grad_space;
+      dp_space, grad_space;
   ThreadPool& pool = ThreadPool::instance();
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::vector<std::int64_t> valid = valid_tokens(p, b, {&p.dq, &p.dk, &p.dv});
@@ -142,7 +142,6 @@ void attention_backward(const detail::AttentionBackwardProblem& p, int threads, 
     float* const probs = score_space.get(n * n);
     float* const sums = sum_space.get(n);
     float* const ds = dp_space.get(n * n);
-    float* const delta = delta_space.get(n);
     float* const grad = grad_space.get(n * dim);
     for (std::int64_t h = 0; h < p.heads; ++h) {
       gather(p.q, b, h, dim, valid, q, threads);
@@ -154,14 +153,14 @@ void attention_backward(const detail::AttentionBackwardProblem& p, int threads, 
       // dP = dO V^T into ds, then P = p / l and dS = P (dP - delta) row by row.
       product(n, n, dim, rows(dout, dim), transposed(v, dim), ds, n, threads, isa);
       pool.run(threads, n, [&](std::int64_t i) {
-        delta[i] = contract::linear_sum(dim, [&](std::int64_t r) {
+        const float delta = contract::linear_sum(dim, [&](std::int64_t r) {
           return std::pair{dout[i * dim + r], o[i * dim + r]};
         });
         float* const prob_row = probs + i * n;
         float* const ds_row = ds + i * n;
         for (std::int64_t j = 0; j < n; ++j) {
           prob_row[j] = contract::div(prob_row[j], sums[i]);
-          ds_row[j] = contract::mul(prob_row[j], contract::sub(ds_row[j], delta[i]));
+          ds_row[j] = contract::mul(prob_row[j], contract::sub(ds_row[j], delta));
         }
       });
       // dV = P^T dO, dQ = dS K c, dK = dS^T Q c.

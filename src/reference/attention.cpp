@@ -23,12 +23,6 @@ void store(const AttentionOutput& t, std::int64_t b, std::int64_t s, std::int64_
   contract::store_output(t.dtype, t.data, t.offset(b, s, h, d), v);
 }
 
-// The sum over r in [0, R) of terms(r) = (x, y) by the linear tree.
-template <class Terms>
-float tree(std::int64_t r, const Terms& terms) {
-  return contract::linear_sum(r, terms);
-}
-
 // Row i's probabilities p[j] (unnormalised) and l of sample b, head h.
 struct SoftmaxRow {
   std::vector<float> p;
@@ -43,12 +37,12 @@ SoftmaxRow softmax_row(const AttentionInput& q, const AttentionInput& k, std::in
   std::vector<float> s(static_cast<std::size_t>(n));
   for (std::int64_t j = 0; j < n; ++j) {
     const std::int64_t tj = valid[static_cast<std::size_t>(j)];
-    s[static_cast<std::size_t>(j)] =
-        contract::mul(tree(dim,
-                           [&](std::int64_t r) {
-                             return std::pair{at(q, b, ti, h, r), at(k, b, tj, h, r)};
-                           }),
-                      scale);
+    s[static_cast<std::size_t>(j)] = contract::mul(
+        contract::linear_sum(dim,
+                             [&](std::int64_t r) {
+                               return std::pair{at(q, b, ti, h, r), at(k, b, tj, h, r)};
+                             }),
+        scale);
   }
   float m = s[0];
   for (std::int64_t j = 1; j < n; ++j)
@@ -58,7 +52,7 @@ SoftmaxRow softmax_row(const AttentionInput& q, const AttentionInput& k, std::in
     row.p[static_cast<std::size_t>(j)] =
         contract::attention_probability(s[static_cast<std::size_t>(j)], m);
   }
-  row.l = tree(n, [&](std::int64_t j) {
+  row.l = contract::linear_sum(n, [&](std::int64_t j) {
     return std::pair{row.p[static_cast<std::size_t>(j)], 1.0f};
   });
   return row;
@@ -76,7 +70,7 @@ void attention_forward(const detail::AttentionProblem& p) {
       for (std::int64_t i = 0; i < n; ++i) {
         const SoftmaxRow row = softmax_row(p.q, p.k, b, h, p.dim, scale, valid, i);
         for (std::int64_t d = 0; d < p.dim; ++d) {
-          const float u = tree(n, [&](std::int64_t j) {
+          const float u = contract::linear_sum(n, [&](std::int64_t j) {
             return std::pair{row.p[static_cast<std::size_t>(j)],
                              at(p.v, b, valid[static_cast<std::size_t>(j)], h, d)};
           });
@@ -102,12 +96,12 @@ void attention_backward(const detail::AttentionBackwardProblem& p) {
           ds(static_cast<std::size_t>(n * n));
       for (std::int64_t i = 0; i < n; ++i) {
         const SoftmaxRow row = softmax_row(p.q, p.k, b, h, p.dim, scale, valid, i);
-        const float delta = tree(p.dim, [&](std::int64_t r) {
+        const float delta = contract::linear_sum(p.dim, [&](std::int64_t r) {
           return std::pair{at(p.dout, b, t(i), h, r), at(p.out, b, t(i), h, r)};
         });
         for (std::int64_t j = 0; j < n; ++j) {
           const float prob = contract::div(row.p[static_cast<std::size_t>(j)], row.l);
-          const float dp = tree(p.dim, [&](std::int64_t r) {
+          const float dp = contract::linear_sum(p.dim, [&](std::int64_t r) {
             return std::pair{at(p.dout, b, t(i), h, r), at(p.v, b, t(j), h, r)};
           });
           probs[static_cast<std::size_t>(i * n + j)] = prob;
@@ -117,13 +111,13 @@ void attention_backward(const detail::AttentionBackwardProblem& p) {
       for (std::int64_t x = 0; x < n; ++x) {
         for (std::int64_t d = 0; d < p.dim; ++d) {
           // dv[t_x] and dk[t_x]: sums over the queries i; dq[t_x]: over the keys j.
-          const float dv = tree(n, [&](std::int64_t i) {
+          const float dv = contract::linear_sum(n, [&](std::int64_t i) {
             return std::pair{probs[static_cast<std::size_t>(i * n + x)], at(p.dout, b, t(i), h, d)};
           });
-          const float dk = tree(n, [&](std::int64_t i) {
+          const float dk = contract::linear_sum(n, [&](std::int64_t i) {
             return std::pair{ds[static_cast<std::size_t>(i * n + x)], at(p.q, b, t(i), h, d)};
           });
-          const float dq = tree(n, [&](std::int64_t j) {
+          const float dq = contract::linear_sum(n, [&](std::int64_t j) {
             return std::pair{ds[static_cast<std::size_t>(x * n + j)], at(p.k, b, t(j), h, d)};
           });
           store(p.dv, b, t(x), h, d, dv);

@@ -22,7 +22,7 @@ namespace {
 // group's B panels use it, and a B panel's part (128 r x 32 = 16 KB) stays in L1 while
 // every A panel of the block uses it; the tree's state of each tile of the block and
 // group (its stack, at most linear_tree_depth(R) tiles) waits in L2 between passes.
-// Measured (docs/performance.md, 2026-12-07 afternoon): B read from L3 once per 96 rows
+// Measured (docs/performance.md, "2026-12-07, day"): B read from L3 once per 96 rows
 // bounded the micro-kernel at about 60% of the FMA peak; 192 rows and groups of 4 panels
 // read each byte of A and of B from L3 about once per 128 columns or 192 rows.
 constexpr std::int64_t kBlockRows = 192;
@@ -206,10 +206,10 @@ void gemm(const detail::GemmProblem& p, int threads, Isa isa) {
     // One stack per tile of the block and group, in L2, and the B chunk a pass packs.
     thread_local Workspace stack_space, chunk_space;
     thread_local std::vector<int> depths;
-    float* const stacks = stack_space.get(kPanelsPerGroup * panels_per_block * stack_size);
+    float* const stacks = stack_space.get(panels_per_group * panels_per_block * stack_size);
     float* const chunk =
         pack_b_in_task ? chunk_space.get(kLeavesPerPass * contract::kLinearLeaf * nr) : nullptr;
-    depths.resize(static_cast<std::size_t>(kPanelsPerGroup * panels_per_block));
+    depths.resize(static_cast<std::size_t>(panels_per_group * panels_per_block));
     GemmTile tile{};
     tile.r = p.r;
     tile.merges = merge_counts;
