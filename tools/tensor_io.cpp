@@ -45,6 +45,8 @@ NpyType npy_type_of(DType t) {
       return NpyType::F16;
     case DType::BF16:
       return NpyType::BF16;
+    case DType::Bool:
+      break;
   }
   throw std::logic_error("unknown DType");
 }

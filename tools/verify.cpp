@@ -200,6 +200,11 @@ void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTabl
       tensors = backward ? 2 : 1;
       weight_shapes = {{kHeadDim, kHeadDim}, {kHeadDim}};
       break;
+    case OpType::Attention:
+      // q, k, v (and the backward's out and dout) of every token, no padding: a sample
+      // alone against the batch. Padding is cpu_attention_test's and attention_op_test's.
+      tensors = backward ? 5 : 3;
+      break;
   }
   const NpyType type = npy_type_of(config.dtype);
   c.batched.resize(tensors);
@@ -306,6 +311,20 @@ void compute(const Case& c, bool whole_batch, Outputs& outputs) {
         add("dw", c.weights[0].type, c.weights[0].shape, false);
         add("db", c.weights[1].type, c.weights[1].shape, false);
         linear_backward(input(0), weight(0), weight(1), input(1), out(0), out(1), out(2), options);
+      }
+      break;
+    }
+    case OpType::Attention: {
+      const AttentionOptions options{*config.layout};
+      if (forward) {
+        add_like_input("out");
+        attention_forward(input(0), input(1), input(2), std::nullopt, out(0), options);
+      } else {
+        add_like_input("dq");
+        add_like_input("dk");
+        add_like_input("dv");
+        attention_backward(input(0), input(1), input(2), std::nullopt, input(3), input(4), out(0),
+                           out(1), out(2), options);
       }
       break;
     }

@@ -11,4 +11,5 @@
   X(QkRmsNorm, qk_rmsnorm)          \
   X(MultiAxisRope, multi_axis_rope) \
   X(QkNormRope, qk_norm_rope)       \
-  X(Linear, linear)
+  X(Linear, linear)                 \
+  X(Attention, attention)

@@ -119,6 +119,32 @@ void linear_backward(const ConstTensorView& x, const ConstTensorView& weight,
                      const std::optional<TensorView>& db, const LinearOptions& options = {},
                      const ExecutionContext& context = {});
 
+// out = softmax(q k^T / sqrt(D) over the valid keys) v per sample and head: joint
+// attention under docs/contract.md section 11 (attention-v1), in which every sum runs over
+// the sample's valid tokens in their order, so a sample's bytes do not depend on the
+// padding around it, its batch, the thread count or the instruction set. q, k, v: 4-D in
+// `options.layout` ([B, S, H, D] or [B, H, S, D]) of one shape, D from 1 to kMaxHeadDim,
+// any float dtypes and strides. mask: [B, S] of dtype Bool, true for a token that takes
+// part (diffusers' encoder_hidden_states_mask joined with the image tokens), or absent
+// (every token does). A masked token's output is +0, and so is every output of a sample
+// without a valid token. out: q's shape, any float dtype (the output's); it may overlap no
+// input. Errors name q (rank, D), k or v (not q's shape), mask (rank, dtype, shape), out
+// (shape, overlap) or "backend".
+void attention_forward(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+                       const std::optional<ConstTensorView>& mask, const TensorView& out,
+                       const AttentionOptions& options = {}, const ExecutionContext& context = {});
+
+// Gradients of attention_forward: dq, dk, dv (q's shape, any float dtypes) from dout, the
+// gradient of out, and out, the forward's output (both q's shape; the softmax gradient's
+// row sums are those of dout * out, as torch's flash backward takes them). Masked tokens'
+// gradients are +0. No output may overlap another tensor of the call. Errors as the
+// forward, and out, dout, dq, dk, dv (shape, overlap).
+void attention_backward(const ConstTensorView& q, const ConstTensorView& k,
+                        const ConstTensorView& v, const std::optional<ConstTensorView>& mask,
+                        const ConstTensorView& out, const ConstTensorView& dout,
+                        const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                        const AttentionOptions& options = {}, const ExecutionContext& context = {});
+
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`
 // when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value

@@ -65,6 +65,12 @@ struct LinearOptions {
   Activation activation = Activation::None;
 };
 
+// attention_forward / _backward: which dims of q, k, v (and the outputs) are the
+// sequence and the heads.
+struct AttentionOptions {
+  Layout layout = Layout::BSHD;  // diffusers' processors hold [B, S, H, D]; SDPA takes BHSD
+};
+
 // The names the trace, the CLI and the Python package use: "single"/"diffusers",
 // "half"/"interleaved", "bshd"/"bhsd" (the Python package's option strings).
 const char* norm_mode_name(NormMode m);

@@ -50,8 +50,21 @@ DType library_dtype(const char* op, const char* argument, at::ScalarType type) {
 
 namespace {
 
+// The library's dtype of a tensor of numbers (library_dtype) or of a mask (torch.bool or
+// torch.uint8, nonzero for true).
+DType number_dtype(const char* op, const char* argument, at::ScalarType type) {
+  return library_dtype(op, argument, type);
+}
+DType mask_dtype(const char* op, const char* argument, at::ScalarType type) {
+  if (type == at::kBool || type == at::kByte) return DType::Bool;
+  throw c10::TypeError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
+                       prefix(op, argument) + "expected dtype torch.bool (or torch.uint8), found " +
+                           torch_dtype_name(type));
+}
+
 template <class View, class Pointer>
-View view_of(const char* op, const char* argument, const at::Tensor& tensor, Pointer data) {
+View view_of(const char* op, const char* argument, const at::Tensor& tensor, Pointer data,
+             DType (*dtype_of)(const char*, const char*, at::ScalarType) = number_dtype) {
   TORCH_CHECK_VALUE(tensor.defined(), prefix(op, argument), "expected a tensor, found None");
   const bool cuda = tensor.device().is_cuda() && kCudaBuild;
   if (!tensor.device().is_cpu() && !cuda) {
@@ -66,7 +79,7 @@ View view_of(const char* op, const char* argument, const at::Tensor& tensor, Poi
                     "expected a tensor without the negative bit, found a negated view "
                     "(call .resolve_neg() first)");
   View view;
-  view.dtype = library_dtype(op, argument, tensor.scalar_type());
+  view.dtype = dtype_of(op, argument, tensor.scalar_type());
   if (tensor.dim() > kMaxRank) {
     raise_value_error(op, "argument '" + std::string(argument) + "': expected rank 1 to " +
                               std::to_string(kMaxRank) + ", found rank " +
@@ -93,6 +106,13 @@ std::optional<ConstTensorView> input_view(const char* op, const char* argument,
                                           const std::optional<at::Tensor>& tensor) {
   if (!tensor) return std::nullopt;
   return input_view(op, argument, *tensor);
+}
+
+std::optional<ConstTensorView> mask_view(const char* op, const char* argument,
+                                         const std::optional<at::Tensor>& tensor) {
+  if (!tensor) return std::nullopt;
+  return view_of<ConstTensorView>(
+      op, argument, *tensor, tensor->defined() ? tensor->const_data_ptr() : nullptr, mask_dtype);
 }
 
 TensorView output_view(const char* op, const char* argument, const at::Tensor& tensor) {

@@ -44,6 +44,10 @@ std::optional<ConstTensorView> input_view(const char* op, const char* argument,
                                           const std::optional<at::Tensor>& tensor);
 // The same checks; the library writes through this view.
 TensorView output_view(const char* op, const char* argument, const at::Tensor& tensor);
+// A read-only view of a mask (torch.bool or torch.uint8, as DType::Bool), checked as
+// input_view checks a tensor of numbers; none for None.
+std::optional<ConstTensorView> mask_view(const char* op, const char* argument,
+                                         const std::optional<at::Tensor>& tensor);
 
 // "cpu, reference": the names of `values`, for messages.
 template <class Enum, std::size_t N, class Name>

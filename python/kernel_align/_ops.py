@@ -242,6 +242,22 @@ def _linear_backward_fake(x, weight, bias, dy, activation, output_mask):
 
 
 # ---------------------------------------------------------------------------------------
+# attention (csrc/attention.cpp): out and the gradients like the inputs they belong to.
+
+
+@torch.library.register_fake("kernel_align::attention")
+def _attention_fake(q, k, v, mask=None, layout="bshd"):
+    check_tensors("attention", ("mask",), q=q, k=k, v=v, mask=mask)
+    return torch.empty_like(q)
+
+
+@torch.library.register_fake("kernel_align::attention_backward")
+def _attention_backward_fake(q, k, v, mask, out, dout, layout):
+    check_tensors("attention_backward", ("mask",), q=q, k=k, v=v, mask=mask, out=out, dout=dout)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+# ---------------------------------------------------------------------------------------
 # out= variants: the outputs given, written, nothing returned (csrc/ops.cpp). The fake
 # kernels check what the schema cannot; shapes and dtypes are the C++ validation's.
 

@@ -7,6 +7,14 @@ as thinking-machines' ``set_batch_invariant_mode()`` and vLLM's batch-invariant 
 do: every matmul of any model (``F.linear``, ``@``, ``torch.matmul`` decompose to these)
 then runs ``kernel_align.linear``, forward and backward (aten's own derivative formulas
 call ``mm`` again), and a row's bytes no longer depend on the rows it is batched with.
+On the CPU the mode also registers aten's flash attention for CPU
+(``_scaled_dot_product_flash_attention_for_cpu`` and its backward, which
+``F.scaled_dot_product_attention`` reaches there): it runs ``kernel_align.attention``
+(layout "bhsd"), so a sample's bytes do not depend on how far a key-padding mask pads it.
+It takes what a key-padding mask is (none, or a bool or 0/-inf mask ``[B or 1, 1, 1, S]``,
+q, k and v of one shape, the default scale, no dropout, not causal) and raises
+NotImplementedError naming the argument for anything else, never computing it another
+way. Masked queries' rows are +0, where torch attends them to the valid keys.
 Leaving the last context (or ``set_batch_invariant(False)``) removes the registrations,
 also when the body raised; contexts nest. Eager mode only: a ``torch.compile`` graph
 lowers matmuls to its own kernels (use ``kernel_align.linear`` or ``patch_linear`` there).
@@ -68,6 +76,65 @@ def _mv(matrix: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
 
 _OVERRIDES = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "mv": _mv}
 
+
+def _key_padding(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float,
+                 is_causal: bool, attn_mask: torch.Tensor | None,
+                 scale: float | None) -> torch.Tensor | None:
+    """The [B, S] bool mask of an SDPA call that kernel_align.attention computes, or
+    NotImplementedError naming the argument it cannot take."""
+    def refuse(argument: str, expected: str, found) -> None:
+        raise NotImplementedError(
+            f"kernel_align.batch_invariant: scaled_dot_product_attention: argument "
+            f"'{argument}': expected {expected} (kernel_align.attention's joint attention), "
+            f"found {found}")
+
+    if dropout_p != 0.0:
+        refuse("dropout_p", "0.0", dropout_p)
+    if is_causal:
+        refuse("is_causal", "False", is_causal)
+    if key.shape != query.shape or value.shape != query.shape:
+        refuse("key", f"key and value of query's shape {list(query.shape)}",
+               f"{list(key.shape)} and {list(value.shape)}")
+    head_dim = query.shape[-1]
+    if scale is not None and scale != 1.0 / head_dim ** 0.5:
+        refuse("scale", f"None or 1/sqrt({head_dim})", scale)
+    if attn_mask is None:
+        return None
+    batch, seq = query.shape[0], query.shape[2]
+    if (attn_mask.dim() != 4 or attn_mask.shape[0] not in (1, batch) or attn_mask.shape[1] != 1
+            or attn_mask.shape[2] != 1 or attn_mask.shape[3] != seq):
+        refuse("attn_mask", f"a key-padding mask [{batch} or 1, 1, 1, {seq}]",
+               list(attn_mask.shape))
+    keys = attn_mask[:, 0, 0, :]
+    if keys.dtype != torch.bool:
+        valid = keys == 0
+        if not torch.all(valid | (keys == float("-inf"))):
+            refuse("attn_mask", "values 0 and -inf", "other values")
+        keys = valid
+    return keys.expand(batch, seq).contiguous()
+
+
+def _flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None,
+                         scale=None):
+    mask = _key_padding(query, key, value, dropout_p, is_causal, attn_mask, scale)
+    out = ops.attention(query, key, value, mask, "bhsd")
+    # torch's backward takes the row log-sum-exp; kernel_align's needs only out.
+    return out, query.new_zeros(query.shape[:3], dtype=torch.float32)
+
+
+def _flash_attention_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p,
+                                  is_causal, *, attn_mask=None, scale=None):
+    mask = _key_padding(query, key, value, dropout_p, is_causal, attn_mask, scale)
+    return ops.attention_backward(query, key, value, mask, out, grad_out, "bhsd")
+
+
+# aten's CPU flash attention and its backward: the kernels F.scaled_dot_product_attention
+# reaches on the CPU (CUDA's are other ops, left to torch).
+_CPU_OVERRIDES = {
+    "_scaled_dot_product_flash_attention_for_cpu": _flash_attention_cpu,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": _flash_attention_cpu_backward,
+}
+
 _lock = threading.Lock()
 _library: torch.library.Library | None = None
 _depth = 0  # open batch_invariant() contexts
@@ -86,6 +153,8 @@ def _update_locked() -> None:
             for name, kernel in _OVERRIDES.items():
                 for key in _DISPATCH_KEYS:
                     library.impl(name, kernel, key)
+            for name, kernel in _CPU_OVERRIDES.items():
+                library.impl(name, kernel, "CPU")
         _library = library
     elif not wanted and _library is not None:
         _library._destroy()
@@ -113,7 +182,8 @@ def set_batch_invariant(enabled: bool) -> None:
 
 @contextlib.contextmanager
 def batch_invariant() -> Iterator[None]:
-    """Runs its body with aten's ``mm``, ``addmm``, ``bmm`` and ``mv`` under the contract;
+    """Runs its body with aten's ``mm``, ``addmm``, ``bmm``, ``mv`` and (CPU) flash
+    attention under the contract;
     torch's own kernels are back when it ends (normally or by an exception). Nests."""
     global _depth
     with _lock:

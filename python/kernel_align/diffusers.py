@@ -1,11 +1,14 @@
 """An attention processor for diffusers' Qwen-Image transformer that replaces the four
-per-head RMSNorms and the RoPE of each block with one ``qk_norm_rope`` call.
+per-head RMSNorms and the RoPE of each block with one ``qk_norm_rope`` call, and the joint
+attention with ``kernel_align.attention``.
 
     from kernel_align.diffusers import KernelAlignQwenImageAttnProcessor
     transformer.set_attn_processor(KernelAlignQwenImageAttnProcessor())
 
 Everything else is diffusers' ``QwenDoubleStreamAttnProcessor2_0`` (diffusers 0.42.1):
-the projections, the joint attention over ``[text, image]``, the output projections.
+the projections and the output projections. The joint attention over ``[text, image]``
+is the contract's (docs/contract.md section 11): with ``encoder_hidden_states_mask``, a
+sample's bytes do not depend on how far the other prompts pad it.
 diffusers normalises and rotates each stream and then concatenates ``[text, image]``;
 this processor concatenates first and runs the fused op over the joint sequence, whose
 first ``text_len`` positions are the text (the op's convention), with diffusers' own
@@ -18,7 +21,6 @@ sample's bytes no longer depend on the rest of the batch.
 from __future__ import annotations
 
 import torch
-from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers.models.normalization import RMSNorm
 from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStreamAttnProcessor2_0
 
@@ -114,12 +116,14 @@ class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
             raise ValueError("KernelAlignQwenImageAttnProcessor requires image_rotary_emb: "
                              "the fused op always applies RoPE")
 
+        # The joint [text, image] tokens' key-padding mask, [B, S]: the image tokens all
+        # take part.
+        joint_mask = None
         if encoder_hidden_states_mask is not None:
             seq_img = hidden_states.shape[1]
             image_mask = torch.ones((hidden_states.shape[0], seq_img), dtype=torch.bool,
                                     device=hidden_states.device)
-            attention_mask = torch.cat([encoder_hidden_states_mask, image_mask], dim=1)
-            attention_mask = attention_mask[:, None, None, :]
+            joint_mask = torch.cat([encoder_hidden_states_mask.to(torch.bool), image_mask], dim=1)
 
         seq_txt = encoder_hidden_states.shape[1]
         head_dim = attn.inner_dim // attn.heads
@@ -153,16 +157,11 @@ class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
             # Inference: the concatenations above are fresh tensors, rotate them in place.
             functional.qk_norm_rope_(joint_query, joint_key, cos, sin, **kwargs)
 
-        joint_hidden_states = dispatch_attention_fn(
-            joint_query,
-            joint_key,
-            joint_value,
-            attn_mask=attention_mask,
-            dropout_p=0.0,
-            is_causal=False,
-            backend=self._attention_backend,
-            parallel_config=self._parallel_config,
-        )
+        # Under the contract: a sample's bytes do not depend on the padding of the
+        # others' prompts (padded tokens' rows are +0 where SDPA attends them to the valid
+        # keys; no valid token reads them).
+        joint_hidden_states = functional.attention(joint_query, joint_key, joint_value,
+                                                   joint_mask, layout="bshd")
 
         joint_hidden_states = joint_hidden_states.flatten(2, 3)
         joint_hidden_states = joint_hidden_states.to(joint_query.dtype)

@@ -59,6 +59,7 @@ def check_out(op: str, out_dtype: torch.dtype | None, **outputs: torch.Tensor) -
                              f"{name}'s dtype {tensor.dtype}, found {out_dtype}")
 
 __all__ = [
+    "attention",
     "linear",
     "qk_rmsnorm",
     "multi_axis_rope",
@@ -384,3 +385,44 @@ def linear(
     check_tensors(op, ("bias",), x=x, weight=weight, bias=bias)
     act = "none" if activation is None else as_str(op, "activation", activation)
     return ops.linear(x, weight, bias, act, as_dtype(op, "out_dtype", out_dtype))
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    layout: str = "bshd",
+) -> torch.Tensor:
+    """Joint attention ``softmax(q k^T / sqrt(D)) v`` per sample and head over the tokens
+    ``mask`` keeps, under the contract (docs/contract.md section 11): every sum runs over a
+    sample's valid tokens in their order, so its bytes do not depend on the padding around
+    it, its batch, the thread count, the instruction set or the device. Differentiable in
+    q, k and v (first order).
+
+    Args:
+        q, k, v: one shape, ``[B, S, H, D]`` (layout "bshd", as diffusers' processors hold
+            them) or ``[B, H, S, D]`` ("bhsd", as ``scaled_dot_product_attention`` takes
+            them), fp32, bf16 or fp16, any strides; D from 1 to 4096.
+        mask: ``[B, S]`` torch.bool (or uint8), true for a token that takes part as a key
+            and as a query: diffusers' ``encoder_hidden_states_mask`` joined with the image
+            tokens' ones; None: every token does.
+        layout: "bshd" or "bhsd".
+
+    Returns:
+        A new tensor of q's shape and dtype. A masked token's row is +0 (torch's SDPA
+        gives masked queries the attention over the valid keys instead: the rows a key
+        padding mask marks are padding, which a model discards), and so is every row of a
+        sample without a valid token.
+
+    Raises:
+        TypeError: an argument that is not a dense tensor, a dtype the library lacks, a
+            mask that is not bool or uint8.
+        ValueError: shapes that differ or are not 4-D, a mask not ``[B, S]``, an empty
+            tensor, an unknown layout, tensors on two devices or not on a supported device.
+        NotImplementedError: a double backward through this op.
+    """
+    op = "attention"
+    check_tensors(op, ("mask",), q=q, k=k, v=v, mask=mask)
+    return ops.attention(q, k, v, mask, as_str(op, "layout", layout))

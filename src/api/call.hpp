@@ -114,4 +114,16 @@ Call<LinearBackwardProblem> linear_backward_call(
     const std::optional<TensorView>& dx, const std::optional<TensorView>& dw,
     const std::optional<TensorView>& db, const LinearOptions& options);
 
+Call<AttentionProblem> attention_forward_call(const ConstTensorView& q, const ConstTensorView& k,
+                                              const ConstTensorView& v,
+                                              const std::optional<ConstTensorView>& mask,
+                                              const TensorView& out,
+                                              const AttentionOptions& options);
+
+Call<AttentionBackwardProblem> attention_backward_call(
+    const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+    const std::optional<ConstTensorView>& mask, const ConstTensorView& out,
+    const ConstTensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+    const AttentionOptions& options);
+
 }  // namespace kernel_align::detail

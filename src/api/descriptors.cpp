@@ -28,6 +28,10 @@ constexpr OpDescriptor kDescriptors[] = {
      .option_list = {kActivation},
      .option_count = 1,
      .op = OpType::Linear},
+    {.reduction_tree = "attention-v1",
+     .option_list = {kLayout},
+     .option_count = 1,
+     .op = OpType::Attention},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

@@ -129,6 +129,25 @@ void linear_backward(const ConstTensorView& x, const ConstTensorView& weight,
       entered, detail::linear_backward_call(x, weight, bias, dy, dx, dw, db, options), context);
 }
 
+void attention_forward(const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
+                       const std::optional<ConstTensorView>& mask, const TensorView& out,
+                       const AttentionOptions& options, const ExecutionContext& context) {
+  const auto entered = Clock::now();
+  run<OpType::Attention, Direction::Forward>(
+      entered, detail::attention_forward_call(q, k, v, mask, out, options), context);
+}
+
+void attention_backward(const ConstTensorView& q, const ConstTensorView& k,
+                        const ConstTensorView& v, const std::optional<ConstTensorView>& mask,
+                        const ConstTensorView& out, const ConstTensorView& dout,
+                        const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                        const AttentionOptions& options, const ExecutionContext& context) {
+  const auto entered = Clock::now();
+  run<OpType::Attention, Direction::Backward>(
+      entered, detail::attention_backward_call(q, k, v, mask, out, dout, dq, dk, dv, options),
+      context);
+}
+
 float fp32_option(const std::string& argument, double value) {
   if (!std::isfinite(value)) throw Error(argument, "a finite number", std::to_string(value));
   const auto rounded = static_cast<float>(value);

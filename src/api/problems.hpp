@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "api/attention_problem.hpp"
 #include "api/gemm_problem.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
@@ -205,6 +206,8 @@ KERNEL_ALIGN_PROBLEM(QkNormRope, Forward, QkNormRopeForwardProblem)
 KERNEL_ALIGN_PROBLEM(QkNormRope, Backward, QkNormRopeBackwardProblem)
 KERNEL_ALIGN_PROBLEM(Linear, Forward, GemmProblem)
 KERNEL_ALIGN_PROBLEM(Linear, Backward, LinearBackwardProblem)
+KERNEL_ALIGN_PROBLEM(Attention, Forward, AttentionProblem)
+KERNEL_ALIGN_PROBLEM(Attention, Backward, AttentionBackwardProblem)
 #undef KERNEL_ALIGN_PROBLEM
 template <OpType op, Direction d>
 using Problem = typename ProblemOf<op, d>::type;

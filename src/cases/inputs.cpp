@@ -1,5 +1,7 @@
 #include "cases/inputs.hpp"
 
+#include <stdexcept>
+
 #include "cases/parallel.hpp"
 #include "kernel_align/contract/convert.hpp"
 
@@ -36,6 +38,8 @@ void fill_uniform(Random& random, DType dtype, std::span<std::byte> bytes, float
         return fill_uniform_as<DType::BF16>(part, data, count, lo, width);
       case DType::F16:
         return fill_uniform_as<DType::F16>(part, data, count, lo, width);
+      case DType::Bool:  // masks are built, not drawn
+        throw std::logic_error("fill_uniform: a bool array");
     }
   });
   random.discard(n);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/float_env.hpp"
+#include "cpu/attention.hpp"
 #include "cpu/gemm/gemm.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/thread_pool.hpp"
@@ -162,6 +163,20 @@ void linear_backward(const detail::LinearBackwardProblem& p, registry::Execution
   reference::linear_backward(p, [&](const detail::GemmProblem& g) { run_gemm(g, exec); });
 }
 
+void attention_forward(const detail::AttentionProblem& p, registry::Execution& exec) {
+  const Isa path = gemm_isa(isa());
+  exec.isa = isa_name(path);
+  exec.threads = num_threads();
+  cpu::attention_forward(p, exec.threads, path);
+}
+
+void attention_backward(const detail::AttentionBackwardProblem& p, registry::Execution& exec) {
+  const Isa path = gemm_isa(isa());
+  exec.isa = isa_name(path);
+  exec.threads = num_threads();
+  cpu::attention_backward(p, exec.threads, path);
+}
+
 registry::Kernels simd_kernels() {
   registry::Kernels k;
   k.set<OpType::QkRmsNorm, Direction::Forward>(qk_rmsnorm_forward);
@@ -172,6 +187,8 @@ registry::Kernels simd_kernels() {
   k.set<OpType::QkNormRope, Direction::Backward>(qk_norm_rope_backward);
   k.set<OpType::Linear, Direction::Forward>(linear_forward);
   k.set<OpType::Linear, Direction::Backward>(linear_backward);
+  k.set<OpType::Attention, Direction::Forward>(attention_forward);
+  k.set<OpType::Attention, Direction::Backward>(attention_backward);
   return k;
 }
 

@@ -17,6 +17,8 @@ void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, registry::E
 void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry::Execution& exec);
 void linear_forward(const detail::GemmProblem& p, registry::Execution& exec);
 void linear_backward(const detail::LinearBackwardProblem& p, registry::Execution& exec);
+void attention_forward(const detail::AttentionProblem& p, registry::Execution& exec);
+void attention_backward(const detail::AttentionBackwardProblem& p, registry::Execution& exec);
 
 // The backend's kernels, keyed by (op, direction), as the registry holds them.
 registry::Kernels simd_kernels();

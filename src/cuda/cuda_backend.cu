@@ -16,6 +16,7 @@
 #include "cuda/rebase.hpp"
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/registry.hpp"
+#include "reference/attention.hpp"
 #include "reference/gemm.hpp"
 #include "reference/reference.hpp"
 #include "trace/trace.hpp"
@@ -291,6 +292,10 @@ registry::Kernels host_kernels() {
   k.set<OpType::Linear, Direction::Forward>(on_host_copies<detail::GemmProblem, reference::gemm>);
   k.set<OpType::Linear, Direction::Backward>(
       on_host_copies<detail::LinearBackwardProblem, reference_linear_backward>);
+  k.set<OpType::Attention, Direction::Forward>(
+      on_host_copies<detail::AttentionProblem, reference::attention_forward>);
+  k.set<OpType::Attention, Direction::Backward>(
+      on_host_copies<detail::AttentionBackwardProblem, reference::attention_backward>);
   return k;
 }
 

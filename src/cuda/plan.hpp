@@ -147,6 +147,8 @@ void with_dtype(DType t, const F& f) {
       return f(std::integral_constant<DType, DType::BF16>{});
     case DType::F16:
       return f(std::integral_constant<DType, DType::F16>{});
+    case DType::Bool:  // never a kernel's dtype (validation)
+      throw std::logic_error("with_dtype: bool");
   }
 }
 

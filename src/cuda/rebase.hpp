@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 
 #include "api/problems.hpp"
 
@@ -116,6 +117,68 @@ detail::LinearBackwardProblem rebased(const detail::LinearBackwardProblem& p, Mi
   if (p.dw) r.dw = rebased_matrix(m, *p.dw, p.n, p.k, true);
   if (p.db) r.db = rebased_matrix(m, *p.db, p.n, 1, true);
   return r;
+}
+
+// An attention tensor ([B, S, H, D] strides) moved by the Mirror, as the 4-D view it is.
+template <class Mirror, class Tensor>
+Tensor rebased_attention_tensor(Mirror& m, Tensor t, std::int64_t batch, std::int64_t seq,
+                                std::int64_t heads, std::int64_t dim, bool output) {
+  TensorView v;
+  v.data = const_cast<void*>(static_cast<const void*>(t.data));
+  v.dtype = t.dtype;
+  v.rank = 4;
+  v.shape = {batch, seq, heads, dim};
+  v.strides = t.strides;
+  t.data = static_cast<decltype(t.data)>(m.map(v, output).data);
+  return t;
+}
+
+template <class Mirror>
+detail::AttentionMask rebased_mask(Mirror& m, detail::AttentionMask mask, std::int64_t batch,
+                                   std::int64_t seq) {
+  if (mask.data == nullptr) return mask;
+  TensorView v;
+  v.data = const_cast<std::uint8_t*>(mask.data);
+  v.dtype = DType::Bool;
+  v.rank = 2;
+  v.shape[0] = batch;
+  v.shape[1] = seq;
+  v.strides[0] = mask.batch_stride;
+  v.strides[1] = mask.seq_stride;
+  mask.data = static_cast<const std::uint8_t*>(m.map(v, false).data);
+  return mask;
+}
+
+template <class Mirror, class Problem>
+Problem rebased_attention(const Problem& p, Mirror& m) {
+  Problem r = p;
+  const auto move = [&](auto t, bool output) {
+    return rebased_attention_tensor(m, t, p.batch, p.seq, p.heads, p.dim, output);
+  };
+  r.q = move(p.q, false);
+  r.k = move(p.k, false);
+  r.v = move(p.v, false);
+  r.mask = rebased_mask(m, p.mask, p.batch, p.seq);
+  if constexpr (std::is_same_v<Problem, detail::AttentionProblem>) {
+    r.out = move(p.out, true);
+  } else {
+    r.out = move(p.out, false);
+    r.dout = move(p.dout, false);
+    r.dq = move(p.dq, true);
+    r.dk = move(p.dk, true);
+    r.dv = move(p.dv, true);
+  }
+  return r;
+}
+
+template <class Mirror>
+detail::AttentionProblem rebased(const detail::AttentionProblem& p, Mirror& m) {
+  return rebased_attention(p, m);
+}
+
+template <class Mirror>
+detail::AttentionBackwardProblem rebased(const detail::AttentionBackwardProblem& p, Mirror& m) {
+  return rebased_attention(p, m);
 }
 
 }  // namespace kernel_align::cuda

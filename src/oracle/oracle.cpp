@@ -40,6 +40,7 @@ Format format_of(DType t) {
     case DType::F16:
       return {11, -14, 65504.0};
     case DType::F32:
+    case DType::Bool:  // never computed with (validation)
       break;
   }
   return {24, -126, kFloat32Max};

@@ -7,6 +7,7 @@
 #endif
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/runtime.hpp"
+#include "reference/attention.hpp"
 #include "reference/gemm.hpp"
 #include "reference/reference.hpp"
 #include "registry/registry.hpp"
@@ -86,6 +87,16 @@ Kernels reference_kernels() {
           if (exec.traced) exec.partition.push_back({{0, g.m}});
           reference::gemm(g);
         });
+      });
+  k.set<OpType::Attention, Direction::Forward>(
+      [](const detail::AttentionProblem& p, Execution& exec) {
+        record_scalar(exec, {});
+        reference::attention_forward(p);
+      });
+  k.set<OpType::Attention, Direction::Backward>(
+      [](const detail::AttentionBackwardProblem& p, Execution& exec) {
+        record_scalar(exec, {});
+        reference::attention_backward(p);
       });
   return k;
 }

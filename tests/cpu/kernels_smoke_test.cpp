@@ -52,6 +52,7 @@ std::uint32_t bits_of_value(DType dtype, float v) {
     case DType::F16:
       return contract::f32_to_f16(v);
     case DType::F32:
+    case DType::Bool:  // never computed with (validation)
       break;
   }
   return contract::bits_of(v);

@@ -48,6 +48,8 @@ Specials specials(DType dtype) {
     case DType::F16:
       return {{0x7E00u, 0xFE01u, 0x7C01u, 0x7C00u, 0xFC00u, 0x7BFFu, 0x0001u, 0x83FFu, 0x8000u,
                0x0400u}};
+    case DType::Bool:
+      break;
   }
   return {};
 }

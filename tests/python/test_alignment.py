@@ -394,11 +394,11 @@ def test_qwen_image_transformer_trace(tmp_path):
     records = read_trace(tmp_path / "q.jsonl")
     ops = [r["op"] for r in records]
     fused = [i for i, r in enumerate(records) if r.get("kind") is None]
-    assert [records[i]["op"] for i in fused] == ["qk_norm_rope"]
-    # Our call comes after the six projections of its block and before the output ones.
+    assert [records[i]["op"] for i in fused] == ["qk_norm_rope", "attention"]
+    # Our calls come after the six projections of their block and before the output ones.
     assert ops.index("transformer_blocks.0.attn.to_q") < fused[0]
     assert ops.index("transformer_blocks.0.attn.add_k_proj") < fused[0]
-    assert ops.index("transformer_blocks.0.attn.to_out.0") > fused[0]
+    assert ops.index("transformer_blocks.0.attn.to_out.0") > fused[1]
     # The RoPE frequencies do not carry the batch: one digest each.
     rope = records[ops.index("pos_embed")]
     assert [t["batch_dim"] for t in rope["tensors"]] == [None, None]

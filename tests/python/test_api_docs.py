@@ -298,7 +298,7 @@ def test_the_header_parser_finds_the_known_names():
     assert not wrong, f"expected kinds {expected}, found {wrong}"
     enums = {d.name: d.enumerators for d in cpp_declarations() if d.kind == "enum"}
     assert enums["Platform"] == ("Cpu", "Cuda", "Rocm", "Musa", "Npu")
-    assert enums["DType"] == ("F32", "BF16", "F16")
+    assert enums["DType"] == ("F32", "BF16", "F16", "Bool")
     assert len(kinds) >= 60, sorted(kinds)
 
 

@@ -67,6 +67,7 @@ KA_HD static inline float round_through(DType t, float v) {
     case DType::F16:
       return f16_to_f32(f32_to_f16(v));
     case DType::F32:
+    case DType::Bool:  // holds no numbers: validation keeps it from every computed tensor
       break;
   }
   return v;
@@ -104,6 +105,8 @@ KA_HD static inline float load_f32(DType t, const void* base, std::int64_t index
       return bf16_to_f32(static_cast<const std::uint16_t*>(base)[index]);
     case DType::F16:
       return f16_to_f32(static_cast<const std::uint16_t*>(base)[index]);
+    case DType::Bool:
+      return static_cast<const std::uint8_t*>(base)[index] != 0 ? 1.0f : 0.0f;
     case DType::F32:
       break;
   }

@@ -97,6 +97,8 @@ void widen(const detail::GemmMatrix& m, std::int64_t offset, std::int64_t step, 
         dst[i * dst_step] = contract::f16_to_f32(src[i * step]);
       break;
     }
+    case DType::Bool:  // never a GEMM operand (validation)
+      break;
   }
 }
 

@@ -40,6 +40,7 @@ struct Avx2GemmOps {
       case DType::F16:
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
       case DType::F32:
+      case DType::Bool:  // never computed with (validation)
         break;
     }
     return _mm256_loadu_ps(static_cast<const float*>(base) + index);
@@ -118,6 +119,7 @@ struct Avx2Transposer {
         case DType::F16:
           return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
         case DType::F32:
+        case DType::Bool:  // never computed with (validation)
           break;
       }
       return _mm256_loadu_ps(static_cast<const float*>(job.data) + index);

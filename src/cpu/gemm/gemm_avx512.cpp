@@ -52,6 +52,7 @@ struct Avx512GemmOps {
         return _mm512_cvtph_ps(_mm256_loadu_si256(
             reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(base) + index)));
       case DType::F32:
+      case DType::Bool:  // never computed with (validation)
         break;
     }
     return _mm512_loadu_ps(static_cast<const float*>(base) + index);
@@ -135,6 +136,7 @@ struct Avx512Transposer {
         return _mm512_cvtph_ps(
             _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(job.data) + index));
       case DType::F32:
+      case DType::Bool:  // never computed with (validation)
         break;
     }
     return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(job.data) + index);

@@ -304,6 +304,8 @@ KA_INLINE typename V::F load_chunk(const void* data, DType dtype, std::int64_t o
     case DType::F16:
       return load_chunk_as(static_cast<const std::uint16_t*>(data) + offset, step, c, format,
                            [](const std::uint16_t* p) { return V::load_f16(p); });
+    case DType::Bool:  // never a row's dtype (validation)
+      break;
   }
   return V::zero();
 }
@@ -500,6 +502,8 @@ KA_INLINE void store_chunk(const RowOutput& out, std::int64_t offset, int c, For
           static_cast<std::uint16_t*>(out.data) + offset, out.step, c, format,
           [&] { return V::to_f16(canonical_nan_unless<V, kNaNFree>(value)); });
       return;
+    case DType::Bool:  // never a row's dtype (validation)
+      return;
   }
 }
 
@@ -551,6 +555,7 @@ template <class V, bool kNaNFree = false>
 KA_INLINE typename V::F round_through(DType dtype, typename V::F v) {
   switch (dtype) {
     case DType::F32:
+    case DType::Bool:  // never a row's dtype (validation)
       return v;
     case DType::BF16:
       return V::round_bf16(canonical_nan_unless<V, kNaNFree>(v));
