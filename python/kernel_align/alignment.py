@@ -91,7 +91,8 @@ def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
 class _Recorder:
     """The hooks of one ``digest_modules`` block."""
 
-    def __init__(self, model: torch.nn.Module, path, modules, batch_dim: int, backward: bool):
+    def __init__(self, model: torch.nn.Module, path, modules, batch_dim: int, backward: bool,
+                 tokens: torch.Tensor | None = None):
         if not isinstance(model, torch.nn.Module):
             kind = type(model)
             raise TypeError("kernel_align.digest_modules: argument 'model': expected a "
@@ -106,6 +107,12 @@ class _Recorder:
         self.path = os.fspath(path)
         self.batch_dim = batch_dim
         self.backward = backward
+        if tokens is not None and (not isinstance(tokens, torch.Tensor) or tokens.dim() != 2
+                                   or tokens.dtype != torch.bool):
+            raise ValueError("kernel_align.digest_modules: argument 'tokens': expected None or "
+                             f"a bool tensor [batch, tokens], found {tokens!r}")
+        self.tokens = tokens
+        self.tokens_after = 0  # tokens after the masked ones in a joint sequence (the image's)
         self.selected = self._select(model, modules)
         self.batch: int | None = None  # the batch of the model call in progress
         self.calls: dict[tuple[str, str], int] = {}
@@ -158,6 +165,14 @@ class _Recorder:
                 f"rank {first.dim()} of the model's first input tensor (shape "
                 f"{list(first.shape)}), found {self.batch_dim}")
         self.batch = first.shape[self.batch_dim]
+        if self.tokens is not None:
+            # The model's first input is the image stream, [B, image tokens, C].
+            self.tokens_after = first.shape[1] if first.dim() > 1 else 0
+            if self.tokens_after == self.tokens.shape[1]:
+                raise ValueError(
+                    "kernel_align.digest_modules: argument 'tokens': expected a token count "
+                    f"other than the model's first input's {self.tokens_after} (whose tensors "
+                    "could not be told apart), found the same")
 
     def _record(self, name: str, module: torch.nn.Module, direction: str, prefix: str,
                 values) -> None:
@@ -172,9 +187,14 @@ class _Recorder:
             per_sample = t.dim() > self.batch_dim and (
                 self.batch is None or t.shape[self.batch_dim] == self.batch)
             batch_dim = self.batch_dim if per_sample else None
+            # With tokens: a sample's valid tokens of a per-sample tensor (dim 1 the tokens'),
+            # or its rows of a per-position table (dim 0).
+            token_digests = self._valid_token_digests(t, 1 if per_sample else 0)
+            if token_digests is not None:
+                batch_dim = self.batch_dim
             tensors.append({"name": out, "dtype": _dtype_name(t.dtype), "shape": list(t.shape),
                             "strides": list(t.stride()), "batch_dim": batch_dim})
-            digest_lists[out] = digests(t, batch_dim)
+            digest_lists[out] = token_digests or digests(t, batch_dim)
         record = {"kind": "module", "op": name, "module_type": type(module).__name__,
                   "call": call, "direction": direction, "tensors": tensors,
                   "digests": digest_lists}
@@ -183,6 +203,28 @@ class _Recorder:
         # and writes the record, in one write, in the same sequence as its own records.
         if ops.append_trace_record("," + text[1:-1]):
             self.records += 1
+
+    def _valid_token_digests(self, t: torch.Tensor, dim: int) -> list[str] | None:
+        """With ``tokens`` [B, T]: one digest per sample of the valid tokens along ``dim`` of
+        ``t`` (dim 1 of a per-sample tensor, whose sample i is taken; dim 0 of a
+        per-position table, shared by the samples), when that dim's size is T (the text)
+        or T + N (the joint [text, image] sequence: the N image tokens all valid); None
+        for any other tensor."""
+        if self.tokens is None or self.batch_dim != 0 or t.dim() <= dim:
+            return None
+        batch, width = self.tokens.shape
+        if dim == 1 and t.shape[0] != batch:
+            return None
+        if t.shape[dim] == width:
+            keep = self.tokens
+        elif self.tokens_after and t.shape[dim] == width + self.tokens_after:
+            keep = torch.cat([self.tokens, self.tokens.new_ones(batch, self.tokens_after)], 1)
+        else:
+            return None
+        keep = keep.to(t.device)
+        if dim == 1:
+            return [digests(t[i:i + 1, keep[i]], 0)[0] for i in range(batch)]
+        return [digests(t[keep[i]])[0] for i in range(batch)]
 
     def _forward_hook(self, name: str):
         def hook(module, args, output):
@@ -229,7 +271,8 @@ class _Recorder:
 @contextlib.contextmanager
 def digest_modules(model: torch.nn.Module, path: str | os.PathLike,
                    modules: Iterable[str | type] | str | type | None = None, batch_dim: int = 0,
-                   backward: bool = False) -> Iterator[_Recorder]:
+                   backward: bool = False,
+                   tokens: torch.Tensor | None = None) -> Iterator[_Recorder]:
     """Within the block, every call of every submodule of ``model`` (or of the modules
     named in ``modules``, by qualified name as ``named_modules()`` gives it, the model
     itself being "(root)", or by type) appends one record to the trace ``path``
@@ -240,11 +283,16 @@ def digest_modules(model: torch.nn.Module, path: str | os.PathLike,
     records of direction "backward" with the gradients of each module's inputs
     (``grad_in0``, ...). The library's own calls in the block are traced to the same
     file, between the module records, in call order. Nothing but digests is stored.
+    ``tokens``, a bool ``[B, T]`` mask of the valid tokens of padded prompts (diffusers'
+    ``encoder_hidden_states_mask``; batch_dim 0), digests a sample of a tensor ``[B, T, ...]``
+    over its valid tokens only, and of a joint ``[B, T + N, ...]`` (N: the tokens of the
+    model's first input, the image's) over its valid text tokens and all N: so a padded
+    sample's records compare with those of the same prompt run at its own length.
 
     The trace is the library's (``trace_to``): it is opened on ``path`` for the block
     (unless already open there) and set back afterwards; the hooks are removed on exit.
     """
-    recorder = _Recorder(model, path, modules, batch_dim, backward)
+    recorder = _Recorder(model, path, modules, batch_dim, backward, tokens)
     with recorder:
         yield recorder
 
@@ -256,7 +304,7 @@ _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 AXES = (16, 56, 56)  # Qwen-Image's axes_dims_rope
 HEAD_DIM = 128  # Qwen-Image's attention_head_dim
 SLOT = 2  # the sampler's batch slot that the trainer runs alone
-BATCH = 4
+TEXT_LENS = (32, 25, 20, 28)  # the default prompts' lengths: padded to 32 in the batch
 
 
 def _image(text: str) -> tuple[int, int]:
@@ -266,6 +314,15 @@ def _image(text: str) -> tuple[int, int]:
             f"expected WIDTHxHEIGHT in pixels, multiples of 16 (the VAE's 8 times the patch's "
             f"2), such as 256x256, found {text!r}")
     return int(match[1]), int(match[2])
+
+
+def _lengths(text: str) -> list[int]:
+    parts = text.split(",")
+    if len(parts) <= SLOT or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"expected at least {SLOT + 1} whole numbers >= 1, comma-separated (the prompts' "
+            f"token counts; sample {SLOT} is the trainer's), found {text!r}")
+    return [int(p) for p in parts]
 
 
 def _positive(text: str) -> int:
@@ -318,24 +375,72 @@ def _build_model(layers: int, heads: int, dtype: torch.dtype):
         diffusers_logging.set_verbosity(verbosity)
 
 
-def _inputs(image: tuple[int, int], text_len: int, dtype: torch.dtype):
-    """A batch of 4 different samples: latents, text embeddings, timesteps."""
+def _negative_len(text_len: int) -> int:
+    """The length of the negative prompt paired with a prompt of ``text_len`` tokens under
+    true CFG (shorter, and different for prompts of different lengths)."""
+    return max(1, text_len * 2 // 5)
+
+
+def _inputs(image: tuple[int, int], text_lens: list[int], dtype: torch.dtype, cfg: bool,
+            edit: bool):
+    """The sampler's batch: one sample per prompt of ``text_lens`` tokens (latents, text
+    embeddings, timesteps), and with ``cfg`` the same samples again with their negative
+    prompts (true CFG's unconditional pass, in the same batch); every prompt padded to the
+    longest, ``encoder_hidden_states_mask`` marking its tokens when the lengths differ.
+    With ``edit`` the image stream is the target's tokens followed by a reference image's
+    (Qwen-Image-Edit)."""
     grid_h, grid_w = image[1] // 16, image[0] // 16  # VAE /8, then 2x2 patches
+    images = 2 if edit else 1
+    lens = list(text_lens) + ([_negative_len(n) for n in text_lens] if cfg else [])
+    batch, width = len(lens), max(lens)
     g = torch.Generator().manual_seed(42)
-    return dict(
-        hidden_states=torch.randn(BATCH, grid_h * grid_w, 64, generator=g).to(dtype),
-        encoder_hidden_states=torch.randn(BATCH, text_len, 64, generator=g).to(dtype),
-        timestep=torch.rand(BATCH, generator=g).to(dtype),
-        img_shapes=[[(1, grid_h, grid_w)]] * BATCH,
+    latents = torch.randn(len(text_lens), images * grid_h * grid_w, 64, generator=g)
+    text = torch.randn(batch, width, 64, generator=g)
+    timestep = torch.rand(len(text_lens), generator=g)
+    mask = torch.arange(width)[None, :] < torch.tensor(lens)[:, None]
+    copies = 2 if cfg else 1
+    inputs = dict(
+        hidden_states=latents.repeat(copies, 1, 1).to(dtype),
+        encoder_hidden_states=(text * mask[..., None]).to(dtype),
+        timestep=timestep.repeat(copies).to(dtype),
+        img_shapes=[[(1, grid_h, grid_w)] * images] * batch,
     )
+    if len(set(lens)) > 1:
+        inputs["encoder_hidden_states_mask"] = mask
+    return inputs, lens
 
 
-def _slot(inputs: dict, slot: int) -> dict:
-    """The trainer's batch of one: the sampler's sample `slot`, copied."""
+def _slot(inputs: dict, slot: int, text_len: int) -> dict:
+    """The trainer's batch of one: the sampler's sample ``slot``, copied, at its own prompt
+    length (no padding, no mask)."""
     return dict(hidden_states=inputs["hidden_states"][slot:slot + 1].clone(),
-                encoder_hidden_states=inputs["encoder_hidden_states"][slot:slot + 1].clone(),
+                encoder_hidden_states=inputs["encoder_hidden_states"][slot:slot + 1,
+                                                                      :text_len].clone(),
                 timestep=inputs["timestep"][slot:slot + 1].clone(),
                 img_shapes=inputs["img_shapes"][slot:slot + 1])
+
+
+def _drop_library_records(path: Path) -> None:
+    """Keeps a trace's module records only, numbered again from 0 in each session (as
+    docs/trace.md's seq is): the library's own records digest a padded sample over the
+    batch's whole width, which a sample at its own length cannot match."""
+    kept, seqs = [], {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") != "module":
+            continue
+        session = record.get("session")
+        record["seq"] = seqs.get(session, 0)
+        seqs[session] = record["seq"] + 1
+        kept.append(json.dumps(record, separators=(",", ":")) + "\n")
+    path.write_text("".join(kept))
+
+
+def _with_grad(inputs: dict) -> dict:
+    """The inputs with gradients asked for the latents and the text: the backward records
+    then reach the first modules."""
+    return {name: value.detach().clone().requires_grad_() if name in (
+        "hidden_states", "encoder_hidden_states") else value for name, value in inputs.items()}
 
 
 def _sampler_step(model, inputs, backward: bool = False):
@@ -356,7 +461,7 @@ def _trainer_step(model, inputs, backward: bool = False):
             # tensors (the model returns a Transformer2DModelOutput); torch says so per call.
             warnings.filterwarnings("ignore", message=r"(Full backward hook|For backward hooks "
                                     r"to be called)")
-            output = model(**inputs).sample
+            output = model(**_with_grad(inputs)).sample
             output.float().sum().backward()
         return output
 
@@ -387,7 +492,7 @@ def _diff(cli: str, a: Path, b: Path) -> dict:
     return result
 
 
-def _verdict(diff: dict, with_our_ops: bool) -> tuple[str, str]:
+def _verdict(diff: dict, with_our_ops: bool, padded: bool) -> tuple[str, str]:
     """The table's two cells: the first divergent module call, and our ops' verdict."""
     first = diff["first_divergence"]
     if first is None:
@@ -396,6 +501,9 @@ def _verdict(diff: dict, with_our_ops: bool) -> tuple[str, str]:
         where = f"{first['name']} #{first['call']}: {first['reason'].split(':')[0]}"
     if not with_our_ops:
         return where, "not used (diffusers' own norm and RoPE)"
+    if padded:
+        # The library's records digest the batch's whole padded width: left out.
+        return where, "not compared (padded prompts: modules are, over valid tokens)"
     ours = diff["types"].get(_OUR_OP)
     if ours is None:
         return where, "no calls recorded"
@@ -413,25 +521,38 @@ def _verdict(diff: dict, with_our_ops: bool) -> tuple[str, str]:
 def check(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kernel_align.alignment check",
-        description="A small random Qwen-Image transformer run as a sampler (a batch of 4, "
-                    "inference_mode) and as a trainer (slot 2 alone, grad enabled), with "
-                    "diffusers' attention processor and with kernel-align's: where do the "
-                    "two runs' bits first part? (docs/alignment.md)")
+        description="A small random Qwen-Image transformer run as a sampler (a batch of "
+                    "prompts of different lengths padded to the longest, with their negative "
+                    "prompts: true CFG) and as a trainer (sample 2 alone at its own length, "
+                    "grad enabled), forward and backward, with diffusers' attention "
+                    "processor, with kernel-align's, and with the whole model under the "
+                    "contract: where do the two runs' bits first part? (docs/alignment.md)")
     parser.add_argument("--layers", type=_positive, default=2)
     parser.add_argument("--heads", type=_positive, default=2)
     parser.add_argument("--image", type=_image, default=(256, 256), help="WIDTHxHEIGHT pixels")
-    parser.add_argument("--text-len", type=_positive, default=32)
+    parser.add_argument("--text-lens", type=_lengths, default=list(TEXT_LENS),
+                        help="the prompts' token counts, comma-separated (default "
+                             f"{','.join(map(str, TEXT_LENS))}; padded to the longest)")
+    parser.add_argument("--text-len", type=_positive,
+                        help="every prompt this many tokens (no padding; overrides --text-lens)")
+    parser.add_argument("--no-cfg", dest="cfg", action="store_false",
+                        help="no negative prompts in the batch")
+    parser.add_argument("--edit", action="store_true",
+                        help="Qwen-Image-Edit: a reference image's tokens after the target's")
     parser.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16")
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     parser.add_argument("--keep", metavar="DIR", help="keep the four traces in DIR")
     parser.add_argument("--cli", metavar="PATH", help="the kernel-align executable")
-    parser.add_argument("--backward", action="store_true",
+    parser.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True,
                         help="also digest the backward pass (the gradients of every module's "
-                             "inputs); the sampler then runs its batch with gradients")
+                             "inputs; the sampler then runs its batch with gradients): on by "
+                             "default, --no-backward compares the forward only")
     args = parser.parse_args(argv)
+    if args.text_len is not None:
+        args.text_lens = [args.text_len] * len(TEXT_LENS)
     started = time.perf_counter()
     try:
-        from .diffusers import KernelAlignQwenImageAttnProcessor
+        from .diffusers import KernelAlignQwenImageAttnProcessor, under_contract
         from diffusers.models.transformers.transformer_qwenimage import (
             QwenDoubleStreamAttnProcessor2_0)
     except ImportError as e:
@@ -443,8 +564,12 @@ def check(argv: list[str] | None = None) -> int:
         raise SystemExit(str(e)) from e
     dtype = _DTYPES[args.dtype]
     model = _build_model(args.layers, args.heads, dtype)
-    inputs = _inputs(args.image, args.text_len, dtype)
-    trainer_inputs = _slot(inputs, SLOT)
+    inputs, lens = _inputs(args.image, args.text_lens, dtype, args.cfg, args.edit)
+    trainer_inputs = _slot(inputs, SLOT, lens[SLOT])
+    padded = "encoder_hidden_states_mask" in inputs
+    tokens = inputs["encoder_hidden_states_mask"] if padded else None
+    # The trainer's prompt is all valid tokens: digested as the sampler's valid ones are.
+    trainer_tokens = torch.ones(1, lens[SLOT], dtype=torch.bool) if padded else None
     directory = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ka_alignment_"))
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -461,7 +586,7 @@ def check(argv: list[str] | None = None) -> int:
         scratch = directory / f"overhead{n}.jsonl"
         scratch.unlink(missing_ok=True)
         t0 = time.perf_counter()
-        with digest_modules(model, scratch) as recorder:
+        with digest_modules(model, scratch, tokens=tokens) as recorder:
             _sampler_step(model, inputs)
         hooked.append(time.perf_counter() - t0)
         hook_calls = recorder.records
@@ -470,27 +595,27 @@ def check(argv: list[str] | None = None) -> int:
                 "per_call_us": (min(hooked) - min(plain)) / hook_calls * 1e6,
                 "share": (min(hooked) - min(plain)) / min(plain)}
 
-    from .batch_invariant import batch_invariant
-
     results = []
-    # (label, attention processor, whether aten's matmuls run kernel-align's linear)
+    # (label, attention processor, whether the whole model is under_contract)
     configurations = (("diffusers", QwenDoubleStreamAttnProcessor2_0, False),
                       ("kernel-align", KernelAlignQwenImageAttnProcessor, False),
-                      ("kernel-align, batch-invariant mode", KernelAlignQwenImageAttnProcessor,
-                       True))
-    for label, processor, mode in configurations:
+                      ("kernel-align, full", KernelAlignQwenImageAttnProcessor, True))
+    for label, processor, full in configurations:
         model.set_attn_processor(processor())
         traces = {}
-        for role, step, step_inputs in (("sampler", _sampler_step, inputs),
-                                        ("trainer", _trainer_step, trainer_inputs)):
+        for role, step, step_inputs, step_tokens in (
+                ("sampler", _sampler_step, inputs, tokens),
+                ("trainer", _trainer_step, trainer_inputs, trainer_tokens)):
             path = directory / f"{label.replace(', ', '-').replace(' ', '_')}-{role}.jsonl"
             path.unlink(missing_ok=True)  # traces are appended to
-            with (batch_invariant() if mode else contextlib.nullcontext()), \
-                    digest_modules(model, path, backward=args.backward):
+            with (under_contract(model) if full else contextlib.nullcontext()), \
+                    digest_modules(model, path, backward=args.backward, tokens=step_tokens):
                 step(model, step_inputs, args.backward)
+            if padded:
+                _drop_library_records(path)
             traces[role] = path
         diff = _diff(cli, traces["sampler"], traces["trainer"])
-        where, ours = _verdict(diff, processor is KernelAlignQwenImageAttnProcessor)
+        where, ours = _verdict(diff, processor is KernelAlignQwenImageAttnProcessor, padded)
         # The module types that differ anywhere, the first divergence's first.
         differing = [t for t, c in diff["types"].items() if c["differing"] or c["missing"]]
         results.append({"processor": label, "first_divergent_module": where,
@@ -500,12 +625,17 @@ def check(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - started
     w, h = args.image
     print(f"kernel-align alignment check: QwenImageTransformer2DModel, {args.layers} layers, "
-          f"{args.heads} heads x {HEAD_DIM}, axes {AXES}, {w}x{h} image, text {args.text_len}, "
-          f"{args.dtype}, random weights")
+          f"{args.heads} heads x {HEAD_DIM}, axes {AXES}, {w}x{h} image"
+          f"{' + a reference image (Edit)' if args.edit else ''}, {args.dtype}, random weights")
     sampler_mode = "grad enabled, forward and backward" if args.backward else "inference_mode"
-    print(f"sampler: batch of {BATCH} different samples, {sampler_mode}; trainer: sample "
-          f"{SLOT} alone, grad enabled{', forward and backward' if args.backward else ''}; "
-          f"compared as trace diff --sample {SLOT}:0")
+    prompts = ", ".join(map(str, args.text_lens))
+    negatives = ", ".join(str(n) for n in lens[len(args.text_lens):])
+    print(f"sampler: batch of {len(lens)}: prompts of {prompts} tokens"
+          f"{f' and their negative prompts of {negatives} (true CFG)' if args.cfg else ''}"
+          f"{f', padded to {max(lens)} with the mask' if padded else ''}; {sampler_mode}")
+    print(f"trainer: sample {SLOT} alone, {lens[SLOT]} tokens, grad enabled"
+          f"{', forward and backward' if args.backward else ''}; compared as trace diff "
+          f"--sample {SLOT}:0{' over valid tokens' if padded else ''}")
     rows = [("attention processor", "first divergent module call",
              "our norm+RoPE calls, per sample")]
     rows += [(r["processor"], r["first_divergent_module"], r["our_norm_rope_per_sample"])
@@ -527,9 +657,10 @@ def check(argv: list[str] | None = None) -> int:
     if args.json:
         document = {"model": {"layers": args.layers, "heads": args.heads, "head_dim": HEAD_DIM,
                               "axes_dims_rope": list(AXES), "image": f"{w}x{h}",
-                              "text_len": args.text_len, "dtype": args.dtype,
-                              "backward": args.backward},
-                    "slot": SLOT, "batch": BATCH, "results": results, "overhead": overhead,
+                              "text_lens": args.text_lens, "cfg": args.cfg, "edit": args.edit,
+                              "padded_to": max(lens) if padded else None,
+                              "dtype": args.dtype, "backward": args.backward},
+                    "slot": SLOT, "batch": len(lens), "results": results, "overhead": overhead,
                     "wall_s": wall}
         Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     if not args.keep:
@@ -541,8 +672,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "check":
         print("usage: python -m kernel_align.alignment check [--layers N] [--heads N] "
-              "[--image WxH] [--text-len N] [--dtype bf16|fp16|fp32] [--json FILE] [--keep DIR] "
-              "[--cli PATH]", file=sys.stderr)
+              "[--image WxH] [--text-lens L,L,L,L | --text-len N] [--no-cfg] [--edit] "
+              "[--dtype bf16|fp16|fp32] [--no-backward] [--json FILE] [--keep DIR] [--cli PATH]",
+              file=sys.stderr)
         return 2
     return check(argv[1:])
 

@@ -5,6 +5,12 @@ attention with ``kernel_align.attention``.
     from kernel_align.diffusers import KernelAlignQwenImageAttnProcessor
     transformer.set_attn_processor(KernelAlignQwenImageAttnProcessor())
 
+or the whole model at once (the processor and the batch-invariant mode), reversibly:
+
+    from kernel_align.diffusers import under_contract
+    with under_contract(transformer):
+        ...
+
 Everything else is diffusers' ``QwenDoubleStreamAttnProcessor2_0`` (diffusers 0.42.1):
 the projections and the output projections. The joint attention over ``[text, image]``
 is the contract's (docs/contract.md section 11): with ``encoder_hidden_states_mask``, a
@@ -25,8 +31,9 @@ from diffusers.models.normalization import RMSNorm
 from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStreamAttnProcessor2_0
 
 from . import functional
+from .batch_invariant import batch_invariant
 
-__all__ = ["KernelAlignQwenImageAttnProcessor"]
+__all__ = ["KernelAlignQwenImageAttnProcessor", "under_contract", "ContractSwitch"]
 
 _NORMS = ("norm_added_q", "norm_added_k", "norm_q", "norm_k")  # text q, text k, image q, image k
 
@@ -176,3 +183,58 @@ class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
         txt_attn_output = attn.to_add_out(txt_attn_output.contiguous())
 
         return img_attn_output, txt_attn_output
+
+
+class ContractSwitch:
+    """What ``under_contract(model)`` changed: ``restore()`` (or leaving its ``with``
+    block) puts the model's attention processors back and ends its batch-invariant mode.
+    Idempotent."""
+
+    def __init__(self, model, processors):
+        """Enters the batch-invariant mode for ``model``, whose previous attention
+        processors ``processors`` (name -> processor) ``restore()`` sets back."""
+        self.model = model
+        self._processors = processors
+        self._mode = batch_invariant()
+        self._mode.__enter__()
+        self._active = True
+
+    def restore(self) -> None:
+        """Puts back the processors the model had and leaves the batch-invariant mode
+        (torch's kernels are back unless another context or set_batch_invariant holds it)."""
+        if not self._active:
+            return
+        self._active = False
+        self.model.set_attn_processor(self._processors)
+        self._mode.__exit__(None, None, None)
+
+    def __enter__(self) -> "ContractSwitch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+
+def under_contract(model) -> ContractSwitch:
+    """Puts a diffusers ``QwenImageTransformer2DModel`` (Qwen-Image and Qwen-Image-Edit)
+    under the contract: every block's attention runs ``KernelAlignQwenImageAttnProcessor``
+    (fused QK norm + RoPE, joint attention over the prompt's valid tokens), and the
+    batch-invariant mode (``kernel_align.batch_invariant``) runs every Linear under the
+    contract's tree, so a sample's bytes do not depend on its batch or on how far its
+    prompt is padded. The LayerNorms, modulations and embeddings are still torch's
+    (issue 32; elementwise or per-row on the CPU). Returns the switch; ``restore()`` or
+    ``with under_contract(model): ...`` undoes it.
+
+    Raises:
+        TypeError: ``model`` is not a ``QwenImageTransformer2DModel``.
+    """
+    from diffusers import QwenImageTransformer2DModel
+
+    if not isinstance(model, QwenImageTransformer2DModel):
+        kind = type(model)
+        raise TypeError("kernel_align.diffusers.under_contract: argument 'model': expected a "
+                        "diffusers QwenImageTransformer2DModel, found "
+                        f"{kind.__module__}.{kind.__qualname__}")
+    processors = dict(model.attn_processors)
+    model.set_attn_processor(KernelAlignQwenImageAttnProcessor())
+    return ContractSwitch(model, processors)

@@ -1,7 +1,8 @@
 // libFuzzer target, differential: every op through the public API on views decoded from
 // the input, all pointing into one arena: shapes (small, or near integer overflow),
 // strides (any: zero, overlapping, huge), dtypes, layouts, modes, pairings, eps,
-// text_len, linear's activations and optional gradients, outputs in place or anywhere (overlapping
+// text_len, linear's activations and optional gradients, attention's masks and layouts, bool
+// tensors where numbers belong, outputs in place or anywhere (overlapping
 // inputs and each other, or beside them with the same strides: byte ranges that interleave, with or
 // without a common element), pointers off their dtype's alignment. The validation must accept a
 // call or throw kernel_align::Error; a call whose views reach past the arena (a view that is never
@@ -44,7 +45,12 @@ class Decoder {
  public:
   Decoder(FuzzedDataProvider& f, Arena& arena) : f_(f), arena_(arena) {}
 
-  DType dtype() { return static_cast<DType>(f_.ConsumeIntegralInRange<int>(0, 2)); }
+  // Mostly a floating type; sometimes Bool, which every tensor of numbers must refuse.
+  DType dtype() {
+    return f_.ConsumeIntegralInRange<int>(0, 31) == 0
+               ? DType::Bool
+               : static_cast<DType>(f_.ConsumeIntegralInRange<int>(0, 2));
+  }
 
   // Mostly small, sometimes a dim near the limits of int64 arithmetic.
   std::int64_t dim(std::int64_t small_max) {
@@ -168,12 +174,50 @@ struct Call {
 Call decode(FuzzedDataProvider& f, Arena& arena) {
   Decoder in(f, arena);
   Call call;
-  const int op = f.ConsumeIntegralInRange<int>(0, 7);
+  const int op = f.ConsumeIntegralInRange<int>(0, 9);
   const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
   const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
   const auto add = [&](const auto& v) {
     if (v) call.views.push_back(*v);
   };
+  if (op >= 8) {  // attention
+    const Layout layout = in.coin() ? Layout::BSHD : Layout::BHSD;
+    const std::int64_t batch = in.dim(3), seq = in.dim(9), heads = in.dim(3), dim = in.dim(40);
+    const std::int64_t shape[4] = {batch, layout == Layout::BSHD ? seq : heads,
+                                   layout == Layout::BSHD ? heads : seq, dim};
+    const TensorView q = in.view(in.dtype(), 4, shape);
+    // k beside q sometimes: a packed QKV's views.
+    const TensorView k =
+        in.coin() ? in.beside(in.dtype(), q, shape) : in.view(in.dtype(), 4, shape);
+    const TensorView v = in.same_shape(in.dtype(), q);
+    std::optional<ConstTensorView> mask;
+    if (in.coin()) {
+      const std::int64_t mask_shape[2] = {batch, seq};
+      // Its bytes are the arena's: any values, nonzero ones true.
+      mask = in.view(DType::Bool, 2, mask_shape);
+    }
+    const AttentionOptions options{layout};
+    call.views = {q, k, v};
+    add(mask);
+    if (op == 8) {
+      const TensorView out = in.same_shape(in.dtype(), q);
+      call.views.push_back(out);
+      call.run = [=] { attention_forward(q, k, v, mask, out, options); };
+      call.validate = [=] { detail::attention_forward_call(q, k, v, mask, out, options); };
+      return call;
+    }
+    const TensorView out = in.same_shape(in.dtype(), q);
+    const TensorView dout = in.same_shape(in.dtype(), q);
+    const TensorView dq = in.same_shape(in.dtype(), q);
+    const TensorView dk = in.same_shape(in.dtype(), q);
+    const TensorView dv = in.same_shape(in.dtype(), q);
+    for (const TensorView& t : {out, dout, dq, dk, dv}) call.views.push_back(t);
+    call.run = [=] { attention_backward(q, k, v, mask, out, dout, dq, dk, dv, options); };
+    call.validate = [=] {
+      detail::attention_backward_call(q, k, v, mask, out, dout, dq, dk, dv, options);
+    };
+    return call;
+  }
   if (op >= 6) {  // linear
     const int rank = static_cast<int>(in.small(1, 4));
     const std::int64_t k = in.dim(70), n = in.dim(40);

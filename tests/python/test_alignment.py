@@ -387,7 +387,7 @@ def test_qwen_image_transformer_trace(tmp_path):
     from kernel_align.diffusers import KernelAlignQwenImageAttnProcessor
 
     model = alignment._build_model(layers=1, heads=2, dtype=torch.float32)
-    inputs = alignment._inputs((64, 64), 8, torch.float32)
+    inputs, _ = alignment._inputs((64, 64), [8] * 4, torch.float32, cfg=False, edit=False)
     model.set_attn_processor(KernelAlignQwenImageAttnProcessor())
     with digest_modules(model, tmp_path / "q.jsonl"):
         alignment._sampler_step(model, inputs)
@@ -404,17 +404,20 @@ def test_qwen_image_transformer_trace(tmp_path):
     assert [t["batch_dim"] for t in rope["tensors"]] == [None, None]
 
 
-def test_check_command(tmp_path, capsys):
+def test_check_command_equal_lengths(tmp_path, capsys):
+    """--text-len: every prompt the same length, no padding, no CFG, forward only: the
+    library's records are compared too, and under the contract everything is identical."""
     pytest.importorskip("diffusers", reason="diffusers is not installed (requirements.txt)")
     cli()
     out = tmp_path / "check.json"
     assert alignment.main(["check", "--layers", "1", "--image", "64x64", "--text-len", "8",
-                           "--dtype", "fp32", "--json", str(out), "--keep",
-                           str(tmp_path / "traces")]) == 0
+                           "--no-cfg", "--no-backward", "--dtype", "fp32", "--json", str(out),
+                           "--keep", str(tmp_path / "traces")]) == 0
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
+    assert result["model"]["padded_to"] is None and result["batch"] == 4
     assert [r["processor"] for r in result["results"]] == [
-        "diffusers", "kernel-align", "kernel-align, batch-invariant mode"]
+        "diffusers", "kernel-align", "kernel-align, full"]
     for r in result["results"]:
         assert r["first_divergent_module"] in printed
         diff = r["diff"]
@@ -426,22 +429,42 @@ def test_check_command(tmp_path, capsys):
     verdict = result["results"][1]["our_norm_rope_per_sample"]
     assert verdict.startswith("identical") == (ours["differing"] == 0)
     assert result["overhead"]["hook_calls"] > 0
-    # Under the batch-invariant mode every Linear runs the contract: the sampler's slot and
-    # the trainer's sample agree everywhere (fp32, equal text lengths).
+    # Under the contract the sampler's slot and the trainer's sample agree everywhere.
     assert result["results"][2]["first_divergent_module"] == "identical"
+    assert "attention (kernel-align)" in result["results"][2]["diff"]["types"]
 
 
-def test_check_command_with_backward(tmp_path, capsys):
+def test_check_command_padded_prompts_cfg_and_backward(tmp_path):
+    """The defaults: prompts of different lengths padded to the longest with the mask,
+    their negative prompts in the same batch, forward and backward; the trainer runs its
+    prompt at its own length. Under the contract every module agrees over the valid
+    tokens; diffusers' own configuration does not."""
     pytest.importorskip("diffusers", reason="diffusers is not installed (requirements.txt)")
     cli()
     out = tmp_path / "check.json"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the check keeps torch's hook warnings to itself
-        assert alignment.main(["check", "--layers", "1", "--image", "64x64", "--text-len", "8",
-                               "--dtype", "fp32", "--backward", "--json", str(out)]) == 0
+        assert alignment.main(["check", "--layers", "1", "--image", "64x64", "--dtype", "fp32",
+                               "--json", str(out), "--keep", str(tmp_path / "traces")]) == 0
     result = json.loads(out.read_text())
-    assert result["model"]["backward"] is True
-    invariant = result["results"][2]
-    assert invariant["first_divergent_module"] == "identical"
-    # Backward records were compared too.
-    assert invariant["diff"]["exit"] == 0
+    model = result["model"]
+    assert model["backward"] is True and model["cfg"] is True
+    assert model["text_lens"] == [32, 25, 20, 28] and model["padded_to"] == 32
+    assert result["batch"] == 8
+    diffusers, _, full = result["results"]
+    assert diffusers["first_divergent_module"] != "identical"
+    assert full["first_divergent_module"] == "identical"
+    assert full["diff"]["exit"] == 0
+    # Backward records were compared, and only module records (the library's digest the
+    # padded width).
+    trainer = [json.loads(line) for line in open(full["traces"]["trainer"])]
+    assert {r["direction"] for r in trainer} == {"forward", "backward"}
+    assert all(r.get("kind") == "module" for r in trainer)
+    assert [r["seq"] for r in trainer] == list(range(len(trainer)))
+
+
+def test_check_rejects_bad_lengths():
+    with pytest.raises(SystemExit):
+        alignment.main(["check", "--text-lens", "8,9"])
+    with pytest.raises(SystemExit):
+        alignment.main(["check", "--text-lens", "8,0,4"])

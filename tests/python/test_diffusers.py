@@ -14,7 +14,7 @@ from diffusers.models.transformers.transformer_qwenimage import (QwenEmbedRope,
 import kernel_align as ka
 import kernel_align.functional
 from formulas import assert_bitwise, assert_close, rstd_torch_mean, rstd_tree, ulp_distance
-from kernel_align.diffusers import KernelAlignQwenImageAttnProcessor
+from kernel_align.diffusers import KernelAlignQwenImageAttnProcessor, under_contract
 
 AXES = (16, 56, 56)
 # img_shapes as the pipelines pass them: text-to-image at the issue's sizes, and an
@@ -212,3 +212,36 @@ def test_processor_trains():
     for o, t in zip(ours, theirs):
         scale = t.abs().max().clamp(min=1e-30)
         assert_close(o / scale, t / scale, "reduction_gradient")
+
+
+def test_under_contract_switches_the_model_and_restores_it():
+    """The switch sets our processor on every attention and the batch-invariant mode;
+    restore() (or the end of its with block) puts the model's processors back and ends the
+    mode; a prompt padded in a batch then gives its own length's bytes (forward)."""
+    model = small_transformer(torch.bfloat16)
+    before = dict(model.attn_processors)
+    with under_contract(model) as switch:
+        assert ka.is_batch_invariant()
+        assert all(isinstance(p, KernelAlignQwenImageAttnProcessor)
+                   for p in model.attn_processors.values())
+        g = torch.Generator().manual_seed(5)
+        hidden = torch.randn(2, 16, 16, generator=g).to(torch.bfloat16)
+        text = torch.randn(2, 12, 32, generator=g).to(torch.bfloat16)
+        mask = torch.ones(2, 12, dtype=torch.bool)
+        mask[1, 7:] = False
+        text[1, 7:] = 0
+        timestep = torch.tensor([0.3, 0.7]).to(torch.bfloat16)
+        with torch.no_grad():
+            batch = model(hidden_states=hidden, encoder_hidden_states=text,
+                          encoder_hidden_states_mask=mask, timestep=timestep,
+                          img_shapes=[[(1, 4, 4)]] * 2).sample
+            alone = model(hidden_states=hidden[1:], encoder_hidden_states=text[1:, :7],
+                          timestep=timestep[1:], img_shapes=[[(1, 4, 4)]]).sample
+        assert_bitwise(batch[1:], alone)
+    assert not ka.is_batch_invariant()
+    assert model.attn_processors == before
+    switch.restore()  # idempotent
+    with pytest.raises(TypeError, match="argument 'model': expected a diffusers "
+                                        "QwenImageTransformer2DModel"):
+        under_contract(torch.nn.Linear(2, 2))
+
