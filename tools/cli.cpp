@@ -28,11 +28,11 @@ namespace {
 constexpr std::string_view kApply = "apply";
 
 const std::vector<Command>& commands() {
-  static const std::vector<Command> all{backends_command(),         positions_command(),
-                                        tables_command(),           rmsnorm_forward_command(),
-                                        rmsnorm_backward_command(), rope_forward_command(),
-                                        rope_backward_command(),    linear_forward_command(),
-                                        linear_backward_command(),  shapes_command()};
+  static const std::vector<Command> all{
+      backends_command(),          positions_command(),          tables_command(),
+      rmsnorm_forward_command(),   rmsnorm_backward_command(),   rope_forward_command(),
+      rope_backward_command(),     linear_forward_command(),     linear_backward_command(),
+      attention_forward_command(), attention_backward_command(), shapes_command()};
   return all;
 }
 

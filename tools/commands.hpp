@@ -25,6 +25,8 @@ Command rope_forward_command();
 Command rope_backward_command();
 Command linear_forward_command();
 Command linear_backward_command();
+Command attention_forward_command();
+Command attention_backward_command();
 Command shapes_command();
 
 }  // namespace kernel_align::cli

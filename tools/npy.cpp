@@ -28,9 +28,11 @@ constexpr std::size_t kPreambleV1 = 10;  // magic, version (2), header length (2
 constexpr std::size_t kPreambleV2 = 12;  // magic, version (2), header length (4)
 constexpr std::size_t kDataAlignment = 64;
 
-constexpr std::array<NpyType, 4> kAllTypes{NpyType::F32, NpyType::F16, NpyType::BF16, NpyType::I32};
+constexpr std::array<NpyType, 5> kAllTypes{NpyType::F32, NpyType::F16, NpyType::BF16, NpyType::I32,
+                                           NpyType::Bool};
 constexpr const char* kSupportedDescrs =
-    "descr '<f4' (fp32), '<f2' (fp16), '<u2' (bf16 bit patterns) or '<i4' (int32)";
+    "descr '<f4' (fp32), '<f2' (fp16), '<u2' (bf16 bit patterns), '<i4' (int32) or '|b1' "
+    "(bool)";
 constexpr const char* kHeaderForm =
     "a .npy header {'descr': <str>, 'fortran_order': <bool>, 'shape': <tuple of ints>}";
 
@@ -244,7 +246,7 @@ std::int64_t NpyArray::numel() const {
 }
 
 std::size_t npy_type_size(NpyType t) {
-  return t == NpyType::F16 || t == NpyType::BF16 ? 2 : 4;
+  return t == NpyType::Bool ? 1 : t == NpyType::F16 || t == NpyType::BF16 ? 2 : 4;
 }
 
 const char* npy_descr(NpyType t) {
@@ -257,6 +259,8 @@ const char* npy_descr(NpyType t) {
       return "<u2";
     case NpyType::I32:
       return "<i4";
+    case NpyType::Bool:
+      return "|b1";
   }
   return "?";
 }

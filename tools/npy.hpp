@@ -13,7 +13,7 @@
 namespace kernel_align::cli {
 
 // bf16 has no NumPy type: it travels as its 16-bit patterns, '<u2'.
-enum class NpyType : std::uint8_t { F32, F16, BF16, I32 };
+enum class NpyType : std::uint8_t { F32, F16, BF16, I32, Bool };
 
 inline constexpr int kNpyMaxRank = 4;
 

@@ -5,8 +5,8 @@
 namespace kernel_align::cli {
 namespace {
 
-// Callers only build views of arrays float_dtype accepted.
-DType dtype_of_float_array(const NpyArray& array) {
+// Callers only build views of arrays float_dtype or read_optional_mask_input accepted.
+DType dtype_of_array(const NpyArray& array) {
   switch (array.type) {
     case NpyType::F32:
       return DType::F32;
@@ -14,6 +14,8 @@ DType dtype_of_float_array(const NpyArray& array) {
       return DType::F16;
     case NpyType::BF16:
       return DType::BF16;
+    case NpyType::Bool:
+      return DType::Bool;
     case NpyType::I32:
       break;
   }
@@ -24,7 +26,7 @@ template <class Pointer>
 BasicTensorView<Pointer> row_major_view(Pointer data, const NpyArray& array) {
   BasicTensorView<Pointer> v;
   v.data = data;
-  v.dtype = dtype_of_float_array(array);
+  v.dtype = dtype_of_array(array);
   v.rank = static_cast<int>(array.shape.size());
   std::int64_t step = 1;
   for (int d = v.rank - 1; d >= 0; --d) {
@@ -46,16 +48,17 @@ NpyType npy_type_of(DType t) {
     case DType::BF16:
       return NpyType::BF16;
     case DType::Bool:
-      break;
+      return NpyType::Bool;
   }
   throw std::logic_error("unknown DType");
 }
 
 DType float_dtype(const NpyArray& array, const std::string& flag) {
-  if (array.type == NpyType::I32) {
-    throw Error(flag, "fp32 ('<f4'), fp16 ('<f2') or bf16 ('<u2') data", "int32 ('<i4')");
+  if (array.type == NpyType::I32 || array.type == NpyType::Bool) {
+    throw Error(flag, "fp32 ('<f4'), fp16 ('<f2') or bf16 ('<u2') data",
+                array.type == NpyType::I32 ? "int32 ('<i4')" : "bool ('|b1')");
   }
-  return dtype_of_float_array(array);
+  return dtype_of_array(array);
 }
 
 NpyArray read_float_input(const Args& args, const std::string& flag) {
@@ -67,6 +70,15 @@ NpyArray read_float_input(const Args& args, const std::string& flag) {
 std::optional<NpyArray> read_optional_float_input(const Args& args, const std::string& flag) {
   if (!args.has(flag)) return std::nullopt;
   return read_float_input(args, flag);
+}
+
+std::optional<NpyArray> read_optional_mask_input(const Args& args, const std::string& flag) {
+  if (!args.has(flag)) return std::nullopt;
+  NpyArray array = read_npy(args.required(flag), flag);
+  if (array.type != NpyType::Bool) {
+    throw Error(flag, "bool ('|b1') data", std::string("descr '") + npy_descr(array.type) + "'");
+  }
+  return array;
 }
 
 NpyArray float_array_like(const NpyArray& like, DType t) {

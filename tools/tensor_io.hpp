@@ -23,11 +23,13 @@ DType float_dtype(const NpyArray& array, const std::string& flag);
 // Reads the .npy file named by `flag` (required) and checks it holds floats.
 NpyArray read_float_input(const Args& args, const std::string& flag);
 std::optional<NpyArray> read_optional_float_input(const Args& args, const std::string& flag);
+// Reads the .npy file named by `flag`, if given, and checks it holds bools (a mask).
+std::optional<NpyArray> read_optional_mask_input(const Args& args, const std::string& flag);
 
 // A zero-filled array of `t` with the shape of `like`.
 NpyArray float_array_like(const NpyArray& like, DType t);
 
-// Row-major views of a float array (see float_dtype).
+// Row-major views of a float or bool array (see float_dtype, read_optional_mask_input).
 ConstTensorView const_view(const NpyArray& array);
 TensorView mutable_view(NpyArray& array);
 

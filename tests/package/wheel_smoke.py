@@ -117,7 +117,7 @@ def check_cli(expected_version: str) -> None:
                     "--image", "64x64", "--text-len", "8", "--dtype", "fp32", "--json",
                     str(result))
     results = json.loads(result.read_text())["results"] if alignment.returncode == 0 else []
-    # diffusers' processor, ours, ours under the batch-invariant mode: identical there.
+    # diffusers' processor, ours, the whole model under the contract: identical there.
     check(len(results) == 3 and results[2]["first_divergent_module"] == "identical",
           f"python -m kernel_align.alignment check runs without --cli (exit "
           f"{alignment.returncode}): {alignment.stderr.strip()[-300:]}")

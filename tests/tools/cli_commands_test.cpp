@@ -54,7 +54,8 @@ TEST_F(CliTest, HelpListsEveryCommand) {
     const std::string out = run_ok({help});
     for (const char* command :
          {"positions", "tables", "apply qk-rmsnorm ", "apply qk-rmsnorm-backward", "apply rope ",
-          "apply rope-backward", "apply linear ", "apply linear-backward", "run", "shapes"}) {
+          "apply rope-backward", "apply linear ", "apply linear-backward", "apply attention ",
+          "apply attention-backward", "run", "shapes"}) {
       EXPECT_NE(out.find(std::string("usage: kernel-align ") + command), std::string::npos)
           << command;
     }
@@ -414,6 +415,65 @@ TEST_F(CliTest, LinearForwardAndBackwardWriteTheLibrarysBytes) {
   expect_bad_argument({"apply", "linear", "--x", "x.npy", "--weight", "w.npy", "--activation",
                        "gelu", "--out", "y2.npy"},
                       "--activation");
+}
+
+// apply attention and attention-backward write the library's bytes with a bool mask read
+// from a '|b1' .npy; a mask of floats is refused by flag.
+TEST_F(CliTest, AttentionForwardAndBackwardWriteTheLibrarysBytes) {
+  Rng rng(13);
+  const std::vector<std::int64_t> shape{2, 7, 2, 16};
+  const NpyArray q = random_array(DType::F32, shape, rng);
+  const NpyArray k = random_array(DType::BF16, shape, rng);
+  const NpyArray v = random_array(DType::F32, shape, rng);
+  const NpyArray dout = random_array(DType::F32, shape, rng);
+  NpyArray mask = make_npy_array(NpyType::Bool, {2, 7});
+  for (std::size_t i = 0; i < mask.data.size(); ++i) {
+    mask.data[i] = std::byte{i % 7 < 5 || i < 7 ? std::uint8_t{1} : std::uint8_t{0}};
+  }
+  for (const auto& [name, array] :
+       {std::pair{"q.npy", &q}, std::pair{"k.npy", &k}, std::pair{"v.npy", &v},
+        std::pair{"dout.npy", &dout}, std::pair{"mask.npy", static_cast<const NpyArray*>(&mask)}}) {
+    write(name, *array);
+  }
+  run_ok({"apply", "attention", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--mask",
+          "mask.npy", "--out", "out.npy"});
+  run_ok({"apply",  "attention-backward",
+          "--q",    "q.npy",
+          "--k",    "k.npy",
+          "--v",    "v.npy",
+          "--mask", "mask.npy",
+          "--out",  "out.npy",
+          "--dout", "dout.npy",
+          "--dq",   "dq.npy",
+          "--dk",   "dk.npy",
+          "--dv",   "dv.npy"});
+  NpyArray out = make_npy_array(NpyType::F32, shape);
+  NpyArray dq = make_npy_array(NpyType::F32, shape);
+  NpyArray dk = make_npy_array(NpyType::BF16, shape);
+  NpyArray dv = make_npy_array(NpyType::F32, shape);
+  const auto in = [](const NpyArray& a, DType t) { return test_view(a.data.data(), t, a.shape); };
+  const auto mut = [](NpyArray& a, DType t) { return test_view(a.data.data(), t, a.shape); };
+  const ConstTensorView mask_view = in(mask, DType::Bool);
+  attention_forward(in(q, DType::F32), in(k, DType::BF16), in(v, DType::F32), mask_view,
+                    mut(out, DType::F32));
+  attention_backward(in(q, DType::F32), in(k, DType::BF16), in(v, DType::F32), mask_view,
+                     in(out, DType::F32), in(dout, DType::F32), mut(dq, DType::F32),
+                     mut(dk, DType::BF16), mut(dv, DType::F32));
+  for (const auto& [name, want] : {std::pair{"out.npy", &out}, std::pair{"dq.npy", &dq},
+                                   std::pair{"dk.npy", &dk}, std::pair{"dv.npy", &dv}}) {
+    const NpyArray got = read(name);
+    EXPECT_EQ(got.shape, want->shape) << name;
+    EXPECT_EQ(got.data, want->data) << name;
+  }
+  expect_bad_argument({"apply", "attention", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy",
+                       "--mask", "dout.npy", "--out", "out2.npy"},
+                      "--mask");
+  expect_bad_argument({"apply", "attention", "--q", "q.npy", "--k", "mask.npy", "--v", "v.npy",
+                       "--out", "out2.npy"},
+                      "--k");
+  expect_bad_argument({"apply", "attention", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy",
+                       "--layout", "sbhd", "--out", "out2.npy"},
+                      "--layout");
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ struct TypeCase {
 constexpr TypeCase kTypes[] = {{NpyType::F32, "<f4", 4},
                                {NpyType::F16, "<f2", 2},
                                {NpyType::BF16, "<u2", 2},
-                               {NpyType::I32, "<i4", 4}};
+                               {NpyType::I32, "<i4", 4},
+                               {NpyType::Bool, "|b1", 1}};
 
 TEST(NpyTest, EncodeThenParseRoundTripsEveryTypeAndRank) {
   const std::vector<std::vector<std::int64_t>> shapes{{}, {5}, {2, 3}, {2, 1, 3}, {2, 3, 1, 4}};
