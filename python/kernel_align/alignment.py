@@ -173,6 +173,15 @@ class _Recorder:
                     "kernel_align.digest_modules: argument 'tokens': expected a token count "
                     f"other than the model's first input's {self.tokens_after} (whose tensors "
                     "could not be told apart), found the same")
+            # A sample alone with every token valid reads the same either way.
+            if (self.batch in (self.tokens.shape[1], self.tokens.shape[1] + self.tokens_after)
+                    and not (self.batch == 1 and bool(self.tokens.all()))):
+                # A per-position table [T, ...] would look like a per-sample tensor.
+                raise ValueError(
+                    "kernel_align.digest_modules: argument 'tokens': expected a token count "
+                    f"whose text or joint sequence differs from the batch {self.batch} (a "
+                    "per-position table could not be told from a per-sample tensor), found "
+                    f"{self.tokens.shape[1]} text tokens and {self.tokens_after} after them")
 
     def _record(self, name: str, module: torch.nn.Module, direction: str, prefix: str,
                 values) -> None:
@@ -287,7 +296,10 @@ def digest_modules(model: torch.nn.Module, path: str | os.PathLike,
     ``encoder_hidden_states_mask``; batch_dim 0), digests a sample of a tensor ``[B, T, ...]``
     over its valid tokens only, and of a joint ``[B, T + N, ...]`` (N: the tokens of the
     model's first input, the image's) over its valid text tokens and all N: so a padded
-    sample's records compare with those of the same prompt run at its own length.
+    sample's records compare with those of the same prompt run at its own length. T must
+    differ from N, and T and T + N from the batch (a per-position table ``[T, ...]`` could
+    not be told from a per-sample tensor): the model's call raises ValueError otherwise,
+    except for one sample whose every token is valid (either reading keeps every token).
 
     The trace is the library's (``trace_to``): it is opened on ``path`` for the block
     (unless already open there) and set back afterwards; the hooks are removed on exit.
@@ -386,15 +398,23 @@ def _inputs(image: tuple[int, int], text_lens: list[int], dtype: torch.dtype, cf
     """The sampler's batch: one sample per prompt of ``text_lens`` tokens (latents, text
     embeddings, timesteps), and with ``cfg`` the same samples again with their negative
     prompts (true CFG's unconditional pass, in the same batch); every prompt padded to the
-    longest, ``encoder_hidden_states_mask`` marking its tokens when the lengths differ.
+    longest (longer where that width equals the batch or the image tokens, which
+    digest_modules could not tell apart), ``encoder_hidden_states_mask`` marking its tokens
+    when the lengths differ.
     With ``edit`` the image stream is the target's tokens followed by a reference image's
     (Qwen-Image-Edit)."""
     grid_h, grid_w = image[1] // 16, image[0] // 16  # VAE /8, then 2x2 patches
     images = 2 if edit else 1
     lens = list(text_lens) + ([_negative_len(n) for n in text_lens] if cfg else [])
     batch, width = len(lens), max(lens)
+    image_tokens = images * grid_h * grid_w
+    if len(set(lens)) > 1:
+        # A padded width that digest_modules could not tell from the batch or the image
+        # stream gets more padding (which, under the contract, changes no valid byte).
+        while width in (batch, image_tokens) or width + image_tokens == batch:
+            width += 1
     g = torch.Generator().manual_seed(42)
-    latents = torch.randn(len(text_lens), images * grid_h * grid_w, 64, generator=g)
+    latents = torch.randn(len(text_lens), image_tokens, 64, generator=g)
     text = torch.randn(batch, width, 64, generator=g)
     timestep = torch.rand(len(text_lens), generator=g)
     mask = torch.arange(width)[None, :] < torch.tensor(lens)[:, None]
@@ -550,6 +570,13 @@ def check(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.text_len is not None:
         args.text_lens = [args.text_len] * len(TEXT_LENS)
+    image_tokens = (args.image[0] // 16) * (args.image[1] // 16) * (2 if args.edit else 1)
+    padded_lens = args.text_lens + ([_negative_len(n) for n in args.text_lens] if args.cfg else [])
+    if len(set(padded_lens)) > 1 and args.text_lens[SLOT] == image_tokens:
+        # Its digests over valid tokens could not tell its text tables from the image's.
+        parser.error(f"--text-lens/--text-len: expected the trainer's prompt (sample {SLOT}) to have a "
+                     f"token count other than the image's {image_tokens} when prompts are "
+                     f"padded, found {args.text_lens[SLOT]}")
     started = time.perf_counter()
     try:
         from .diffusers import KernelAlignQwenImageAttnProcessor, under_contract
@@ -567,6 +594,7 @@ def check(argv: list[str] | None = None) -> int:
     inputs, lens = _inputs(args.image, args.text_lens, dtype, args.cfg, args.edit)
     trainer_inputs = _slot(inputs, SLOT, lens[SLOT])
     padded = "encoder_hidden_states_mask" in inputs
+    width = inputs["encoder_hidden_states"].shape[1]
     tokens = inputs["encoder_hidden_states_mask"] if padded else None
     # The trainer's prompt is all valid tokens: digested as the sampler's valid ones are.
     trainer_tokens = torch.ones(1, lens[SLOT], dtype=torch.bool) if padded else None
@@ -632,7 +660,7 @@ def check(argv: list[str] | None = None) -> int:
     negatives = ", ".join(str(n) for n in lens[len(args.text_lens):])
     print(f"sampler: batch of {len(lens)}: prompts of {prompts} tokens"
           f"{f' and their negative prompts of {negatives} (true CFG)' if args.cfg else ''}"
-          f"{f', padded to {max(lens)} with the mask' if padded else ''}; {sampler_mode}")
+          f"{f', padded to {width} with the mask' if padded else ''}; {sampler_mode}")
     print(f"trainer: sample {SLOT} alone, {lens[SLOT]} tokens, grad enabled"
           f"{', forward and backward' if args.backward else ''}; compared as trace diff "
           f"--sample {SLOT}:0{' over valid tokens' if padded else ''}")
@@ -658,7 +686,7 @@ def check(argv: list[str] | None = None) -> int:
         document = {"model": {"layers": args.layers, "heads": args.heads, "head_dim": HEAD_DIM,
                               "axes_dims_rope": list(AXES), "image": f"{w}x{h}",
                               "text_lens": args.text_lens, "cfg": args.cfg, "edit": args.edit,
-                              "padded_to": max(lens) if padded else None,
+                              "padded_to": width if padded else None,
                               "dtype": args.dtype, "backward": args.backward},
                     "slot": SLOT, "batch": len(lens), "results": results, "overhead": overhead,
                     "wall_s": wall}

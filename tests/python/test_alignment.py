@@ -375,6 +375,15 @@ def test_bad_arguments(tmp_path):
                                          r"\[4, 6, 2, 16\]\), found 4"):
         with digest_modules(model, tmp_path / "t.jsonl", batch_dim=4):
             model(batch())
+    # A padded width equal to the batch: a per-position table [T, ...] would read as a
+    # per-sample tensor, so the digests would be wrong; refused at the model's call.
+    tokens = torch.ones(4, 4, dtype=torch.bool)
+    tokens[0, 3] = False
+    with pytest.raises(ValueError, match=r"argument 'tokens': expected a token count whose text "
+                                         r"or joint sequence differs from the batch 4 .*found 4 "
+                                         r"text tokens and 6 after them"):
+        with digest_modules(model, tmp_path / "t.jsonl", tokens=tokens):
+            model(batch())
     # The failed block left no hook behind.
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
@@ -463,8 +472,27 @@ def test_check_command_padded_prompts_cfg_and_backward(tmp_path):
     assert [r["seq"] for r in trainer] == list(range(len(trainer)))
 
 
-def test_check_rejects_bad_lengths():
+def test_check_pads_past_a_width_equal_to_the_batch(tmp_path):
+    """Prompts of 8 tokens with their negatives in one batch of 8: padded to 9, not 8 (a
+    width equal to the batch would make digest_modules read the text RoPE table as one row
+    per sample), and identical under the contract."""
+    pytest.importorskip("diffusers", reason="diffusers is not installed (requirements.txt)")
+    cli()
+    out = tmp_path / "check.json"
+    assert alignment.main(["check", "--layers", "1", "--image", "64x64", "--text-len", "8",
+                           "--dtype", "fp32", "--no-backward", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["batch"] == 8 and result["model"]["padded_to"] == 9
+    assert result["results"][2]["first_divergent_module"] == "identical"
+
+
+def test_check_rejects_bad_lengths(capsys):
     with pytest.raises(SystemExit):
         alignment.main(["check", "--text-lens", "8,9"])
     with pytest.raises(SystemExit):
         alignment.main(["check", "--text-lens", "8,0,4"])
+    # The trainer's text as long as the image (4x4 tokens): its tables could not be told apart.
+    with pytest.raises(SystemExit):
+        alignment.main(["check", "--image", "64x64", "--text-len", "16"])
+    assert "expected the trainer's prompt (sample 2) to have a token count other than the " \
+           "image's 16 when prompts are padded, found 16" in capsys.readouterr().err
