@@ -22,15 +22,25 @@ fuzz_target() {
   local binary="build/asan/tests/fuzz/${target}_fuzz"
   local corpus="tests/fuzz/corpus/$target"
   local work="build/asan/fuzz-work/$target"
+  # The fuzzer's own exit status decides: this function runs on the left of `||` (below),
+  # where `set -e` does not stop it, so each run's status is kept and returned.
+  local status=0
+  mkdir -p "$(dirname "$work")"
   echo "fuzz: $target: replaying $(find "$corpus" -type f | wc -l) inputs"
-  "$binary" -runs=0 "$corpus" 2>&1 | tail -1
+  "$binary" -runs=0 -artifact_prefix="$findings/$target-" "$corpus" >"$work.replay" 2>&1 ||
+    status=$?
+  grep -E "ERROR|runtime error|SUMMARY" "$work.replay" || true
+  tail -1 "$work.replay"
   rm -rf "$work" && mkdir -p "$work" && cp "$corpus"/* "$work"/
   echo "fuzz: $target: fuzzing for ${seconds}s"
   "$binary" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$findings/$target-" \
-    "$work" 2>&1 | grep -E "^stat::number_of_executed_units|^stat::new_units_added|DONE|ERROR|runtime error|SUMMARY"
+    "$work" >"$work.out" 2>&1 || status=$?
+  grep -E "^stat::number_of_executed_units|^stat::new_units_added|DONE|ERROR|runtime error|SUMMARY" \
+    "$work.out" || true
   if [[ "${KA_FUZZ_MERGE:-0}" == 1 ]]; then
     "$binary" -merge=1 "$corpus" "$work" 2>&1 | grep -E "MERGE-OUTER: [0-9]+ new files" || true
   fi
+  return "$status"
 }
 
 # The slowest first, so that the last to start is not the one that ends last.
