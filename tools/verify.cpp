@@ -209,11 +209,22 @@ void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTabl
       // alone against the batch. Padding is cpu_attention_test's and attention_op_test's.
       tensors = backward ? 5 : 3;
       break;
+    case OpType::AdaLnModulation:
+      // x (and the backward's dy) of the sample's tokens, kHeadDim wide, and its scale and
+      // shift [batch, 1, kHeadDim] (the forward's x, scale, shift; the backward's x, dy,
+      // scale).
+      batch_shape = {kBatch, tables.seq, kHeadDim};
+      tensors = 3;
+      break;
   }
   const NpyType type = npy_type_of(config.dtype);
   c.batched.resize(tensors);
-  for (NpyArray& a : c.batched) {
-    reused_array(a, type, batch_shape);  // the same element count in either layout
+  for (std::size_t i = 0; i < tensors; ++i) {
+    const bool modulation = config.op == OpType::AdaLnModulation && i >= (backward ? 2U : 1U);
+    // The same element count in either layout.
+    NpyArray& a =
+        reused_array(c.batched[i], type,
+                     modulation ? std::vector<std::int64_t>{kBatch, 1, kHeadDim} : batch_shape);
     if (!drawn) cases::fill_uniform(random, config.dtype, a.data, kInputLow, kInputWidth);
   }
   c.weights.resize(weight_shapes.size());
@@ -329,6 +340,21 @@ void compute(const Case& c, bool whole_batch, Outputs& outputs) {
         add_like_input("dv");
         attention_backward(input(0), input(1), input(2), std::nullopt, input(3), input(4), out(0),
                            out(1), out(2), options);
+      }
+      break;
+    }
+    case OpType::AdaLnModulation: {
+      const AdaLnOptions options{.mode = *config.mode};
+      if (forward) {
+        add_like_input("y");
+        adaln_modulation_forward(input(0), input(1), input(2), out(0), options);
+      } else {
+        add_like_input("dx");
+        // A sample's own sums over its tokens: per sample.
+        const std::int64_t samples = whole_batch ? kBatch : 1;
+        add("dscale", c.batched[2].type, {samples, 1, kHeadDim}, true);
+        add("dshift", c.batched[2].type, {samples, 1, kHeadDim}, true);
+        adaln_modulation_backward(input(0), input(2), input(1), out(0), out(1), out(2), options);
       }
       break;
     }

@@ -12,4 +12,5 @@
   X(MultiAxisRope, multi_axis_rope) \
   X(QkNormRope, qk_norm_rope)       \
   X(Linear, linear)                 \
-  X(Attention, attention)
+  X(Attention, attention)           \
+  X(AdaLnModulation, adaln_modulation)

@@ -145,6 +145,32 @@ void attention_backward(const ConstTensorView& q, const ConstTensorView& k,
                         const TensorView& dq, const TensorView& dk, const TensorView& dv,
                         const AttentionOptions& options = {}, const ExecutionContext& context = {});
 
+// y = LayerNorm(x) * (1 + scale) + shift: the LayerNorm without affine of a Qwen-Image
+// block's norm1/norm2 fused with its AdaLN modulation (docs/contract.md section 12,
+// adaln-v1). x: [B, S, D] (D from 1 to kMaxHeadDim), scale and shift: [B, D] or [B, 1, D]
+// (a sample's modulation, shared by its tokens), y: x's shape; any float dtypes and
+// strides. The row's mean and variance take the row tree, so a token's bytes depend on its
+// row and its sample's scale and shift alone. options.mode = Diffusers rounds as diffusers'
+// `_modulate` does in the model's dtype; Single rounds once. y may be x (in place) and
+// overlap no other input. Errors name x (rank, D), scale or shift (shape), y (shape,
+// overlap) and eps.
+void adaln_modulation_forward(const ConstTensorView& x, const ConstTensorView& scale,
+                              const ConstTensorView& shift, const TensorView& y,
+                              const AdaLnOptions& options = {},
+                              const ExecutionContext& context = {});
+
+// Gradients of adaln_modulation_forward from dy (x's shape): dx (x's shape; may be x or
+// dy), and, each where given, dscale and dshift (scale's shape): per sample, the sums over
+// its tokens of dy * LayerNorm(x) and of dy, in fixed blocks of kDwBlockRows tokens
+// (contract section 12): deterministic, and per sample, so batch-invariant. No other
+// output may overlap another tensor. Errors as the forward, and dy, dx, dscale, dshift.
+void adaln_modulation_backward(const ConstTensorView& x, const ConstTensorView& scale,
+                               const ConstTensorView& dy, const TensorView& dx,
+                               const std::optional<TensorView>& dscale,
+                               const std::optional<TensorView>& dshift,
+                               const AdaLnOptions& options = {},
+                               const ExecutionContext& context = {});
+
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`
 // when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value

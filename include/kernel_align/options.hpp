@@ -71,6 +71,12 @@ struct AttentionOptions {
   Layout layout = Layout::BSHD;  // diffusers' processors hold [B, S, H, D]; SDPA takes BHSD
 };
 
+// adaln_modulation_forward / _backward.
+struct AdaLnOptions {
+  float eps = 1e-6f;                    // added to the variance: finite and >= 0 (Error "eps")
+  NormMode mode = NormMode::Diffusers;  // which roundings the forward (and so dscale) performs
+};
+
 // The names the trace, the CLI and the Python package use: "single"/"diffusers",
 // "half"/"interleaved", "bshd"/"bhsd" (the Python package's option strings).
 const char* norm_mode_name(NormMode m);

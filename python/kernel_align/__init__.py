@@ -1,5 +1,5 @@
 """kernel-align for PyTorch: bitwise-reproducible, batch-invariant QK RMSNorm, multi-axis
-RoPE, Linear and joint attention (forward and backward) as ``torch.ops.kernel_align`` custom operators,
+RoPE, Linear, joint attention and LayerNorm with AdaLN modulation (forward and backward) as ``torch.ops.kernel_align`` custom operators,
 running the C++ library's backends: the CPU's, and the CUDA backend on CUDA tensors where
 the extension was built with it (``HAS_CUDA``). See docs/python.md and docs/api.md.
 
@@ -7,7 +7,8 @@ The diffusers attention processor lives in ``kernel_align.diffusers`` (it import
 diffusers, which this package does not require).
 
 Contents: the ops (``qk_rmsnorm``, ``multi_axis_rope``, ``multi_axis_rope_``,
-``qk_norm_rope``, ``qk_norm_rope_``, ``linear``, ``attention``: kernel_align.functional), the
+``qk_norm_rope``, ``qk_norm_rope_``, ``linear``, ``attention``, ``adaln_modulation``:
+kernel_align.functional), the
 batch-invariant mode for whole models (``batch_invariant``, ``set_batch_invariant``,
 ``patch_linear``: kernel_align.batch_invariant), their modules
 (``QkRmsNorm``, ``MultiAxisRope``: kernel_align.modules), positions and tables
@@ -40,6 +41,7 @@ from .batch_invariant import (
     set_batch_invariant,
 )
 from .functional import (
+    adaln_modulation,
     attention,
     linear,
     multi_axis_rope,
@@ -74,6 +76,7 @@ __all__ = [
     "CONTRACT_VERSION",
     "linear",
     "attention",
+    "adaln_modulation",
     "batch_invariant",
     "set_batch_invariant",
     "is_batch_invariant",

@@ -258,6 +258,22 @@ def _attention_backward_fake(q, k, v, mask, out, dout, layout):
 
 
 # ---------------------------------------------------------------------------------------
+# adaln_modulation (csrc/adaln.cpp): y like x, the gradients like x and scale.
+
+
+@torch.library.register_fake("kernel_align::adaln_modulation")
+def _adaln_modulation_fake(x, scale, shift, eps=1e-6, mode="diffusers"):
+    check_tensors("adaln_modulation", x=x, scale=scale, shift=shift)
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("kernel_align::adaln_modulation_backward")
+def _adaln_modulation_backward_fake(x, scale, dy, eps, mode):
+    check_tensors("adaln_modulation_backward", x=x, scale=scale, dy=dy)
+    return torch.empty_like(x), torch.empty_like(scale), torch.empty_like(scale)
+
+
+# ---------------------------------------------------------------------------------------
 # out= variants: the outputs given, written, nothing returned (csrc/ops.cpp). The fake
 # kernels check what the schema cannot; shapes and dtypes are the C++ validation's.
 

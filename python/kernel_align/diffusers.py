@@ -33,7 +33,8 @@ from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStream
 from . import functional
 from .batch_invariant import batch_invariant
 
-__all__ = ["KernelAlignQwenImageAttnProcessor", "under_contract", "ContractSwitch"]
+__all__ = ["KernelAlignQwenImageAttnProcessor", "under_contract", "ContractSwitch",
+           "NormInModulation"]
 
 _NORMS = ("norm_added_q", "norm_added_k", "norm_q", "norm_k")  # text q, text k, image q, image k
 
@@ -185,27 +186,75 @@ class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
         return img_attn_output, txt_attn_output
 
 
+_BLOCK_NORMS = ("img_norm1", "img_norm2", "txt_norm1", "txt_norm2")
+
+
+class NormInModulation(torch.nn.Module):
+    """Stands in for a Qwen-Image block's LayerNorm (no affine) under the contract: it
+    passes its input on, and the block's ``_modulate`` (patched by ``under_contract``)
+    computes ``LayerNorm(x) * (1 + scale) + shift`` in one ``adaln_modulation`` call with
+    the LayerNorm's eps."""
+
+    def __init__(self, norm: torch.nn.LayerNorm):
+        """Keeps the eps of ``norm``, the LayerNorm it stands in for (restored by
+        ``ContractSwitch.restore``)."""
+        super().__init__()
+        self.eps = norm.eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Returns ``x`` itself: the block's patched ``_modulate`` normalises it."""
+        return x
+
+
+def _modulate_under_contract(eps: float, modulate):
+    """The block's ``_modulate(x, mod_params, index=None)`` for x its norm's input: one
+    adaln_modulation call; with ``index`` (Qwen-Image-Edit's per-token modulation, which
+    the op does not take) the LayerNorm and diffusers' own ``modulate``."""
+    def _modulate(x, mod_params, index=None):
+        if index is not None:
+            return modulate(torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=eps),
+                            mod_params, index)
+        shift, scale, gate = mod_params.chunk(3, dim=-1)
+        return functional.adaln_modulation(x, scale, shift, eps=eps), gate.unsqueeze(1)
+    return _modulate
+
+
 class ContractSwitch:
     """What ``under_contract(model)`` changed: ``restore()`` (or leaving its ``with``
-    block) puts the model's attention processors back and ends its batch-invariant mode.
-    Idempotent."""
+    block) puts the model's attention processors and block norms back and ends its
+    batch-invariant mode. Idempotent."""
 
     def __init__(self, model, processors):
         """Enters the batch-invariant mode for ``model``, whose previous attention
-        processors ``processors`` (name -> processor) ``restore()`` sets back."""
+        processors ``processors`` (name -> processor) ``restore()`` sets back, and puts
+        every block's LayerNorm + modulation under the contract (``adaln_modulation``)."""
         self.model = model
         self._processors = processors
+        self._norms = []  # (block, name, the LayerNorm)
+        for block in getattr(model, "transformer_blocks", ()):
+            norms = [(name, getattr(block, name, None)) for name in _BLOCK_NORMS]
+            if not all(isinstance(n, torch.nn.LayerNorm) and n.weight is None for _, n in norms):
+                continue  # not the block this was written for: left as it is
+            eps = norms[0][1].eps
+            for name, norm in norms:
+                self._norms.append((block, name, norm))
+                setattr(block, name, NormInModulation(norm))
+            block._modulate = _modulate_under_contract(eps, block._modulate)
         self._mode = batch_invariant()
         self._mode.__enter__()
         self._active = True
 
     def restore(self) -> None:
-        """Puts back the processors the model had and leaves the batch-invariant mode
-        (torch's kernels are back unless another context or set_batch_invariant holds it)."""
+        """Puts back the processors and norms the model had and leaves the batch-invariant
+        mode (torch's kernels are back unless another context or set_batch_invariant holds
+        it)."""
         if not self._active:
             return
         self._active = False
         self.model.set_attn_processor(self._processors)
+        for block, name, norm in self._norms:
+            setattr(block, name, norm)
+            block.__dict__.pop("_modulate", None)
         self._mode.__exit__(None, None, None)
 
     def __enter__(self) -> "ContractSwitch":
@@ -221,8 +270,10 @@ def under_contract(model) -> ContractSwitch:
     (fused QK norm + RoPE, joint attention over the prompt's valid tokens), and the
     batch-invariant mode (``kernel_align.batch_invariant``) runs every Linear under the
     contract's tree, so a sample's bytes do not depend on its batch or on how far its
-    prompt is padded. The LayerNorms, modulations and embeddings are still torch's
-    (issue 32; elementwise or per-row on the CPU). Returns the switch; ``restore()`` or
+    prompt is padded; every block's LayerNorm and modulation is one ``adaln_modulation``
+    call (its norms stand aside: ``NormInModulation``). The gated residuals, the
+    embeddings and ``norm_out`` are still torch's (issue 32; elementwise or per-row on the
+    CPU). Returns the switch; ``restore()`` or
     ``with under_contract(model): ...`` undoes it.
 
     Raises:

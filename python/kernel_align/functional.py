@@ -59,6 +59,7 @@ def check_out(op: str, out_dtype: torch.dtype | None, **outputs: torch.Tensor) -
                              f"{name}'s dtype {tensor.dtype}, found {out_dtype}")
 
 __all__ = [
+    "adaln_modulation",
     "attention",
     "linear",
     "qk_rmsnorm",
@@ -426,3 +427,39 @@ def attention(
     op = "attention"
     check_tensors(op, ("mask",), q=q, k=k, v=v, mask=mask)
     return ops.attention(q, k, v, mask, as_str(op, "layout", layout))
+
+
+def adaln_modulation(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    *,
+    eps: float = 1e-6,
+    mode: str = "diffusers",
+) -> torch.Tensor:
+    """``LayerNorm(x) * (1 + scale) + shift``: the LayerNorm without affine of a Qwen-Image
+    block (``norm1``/``norm2``, eps 1e-6) fused with its AdaLN modulation (``_modulate``),
+    under the contract (docs/contract.md section 12): a token's bytes depend on its row and
+    its sample's scale and shift alone, never on the batch, the thread count or the
+    instruction set. Differentiable in x, scale and shift (first order); the gradients of
+    scale and shift sum over a sample's tokens in fixed blocks.
+
+    Args:
+        x: ``[B, S, D]``, fp32, bf16 or fp16, any strides; D from 1 to 4096.
+        scale, shift: ``[B, D]`` or ``[B, 1, D]`` (a sample's modulation chunks).
+        eps: added to the variance; finite, >= 0 and representable in fp32.
+        mode: "diffusers" rounds the normalised value, ``1 + scale`` and the product as
+            diffusers does in the model's dtype; "single" rounds once, at the output.
+
+    Returns:
+        A new tensor of x's shape and dtype.
+
+    Raises:
+        TypeError: an argument that is not a dense tensor or of a dtype the library lacks.
+        ValueError: x not 3-D, scale or shift not of x's B and D, an empty tensor, bad eps
+            or mode, tensors on two devices or not on a supported device.
+        NotImplementedError: a double backward through this op.
+    """
+    op = "adaln_modulation"
+    check_tensors(op, x=x, scale=scale, shift=shift)
+    return ops.adaln_modulation(x, scale, shift, as_float(op, "eps", eps), as_str(op, "mode", mode))

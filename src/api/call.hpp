@@ -126,4 +126,15 @@ Call<AttentionBackwardProblem> attention_backward_call(
     const ConstTensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
     const AttentionOptions& options);
 
+Call<AdaLnProblem> adaln_forward_call(const ConstTensorView& x, const ConstTensorView& scale,
+                                      const ConstTensorView& shift, const TensorView& y,
+                                      const AdaLnOptions& options);
+
+Call<AdaLnBackwardProblem> adaln_backward_call(const ConstTensorView& x,
+                                               const ConstTensorView& scale,
+                                               const ConstTensorView& dy, const TensorView& dx,
+                                               const std::optional<TensorView>& dscale,
+                                               const std::optional<TensorView>& dshift,
+                                               const AdaLnOptions& options);
+
 }  // namespace kernel_align::detail

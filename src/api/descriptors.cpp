@@ -32,6 +32,10 @@ constexpr OpDescriptor kDescriptors[] = {
      .option_list = {kLayout},
      .option_count = 1,
      .op = OpType::Attention},
+    {.reduction_tree = "tree16-v1",
+     .option_list = {kMode, kEps},
+     .option_count = 2,
+     .op = OpType::AdaLnModulation},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

@@ -137,6 +137,24 @@ void attention_forward(const ConstTensorView& q, const ConstTensorView& k, const
       entered, detail::attention_forward_call(q, k, v, mask, out, options), context);
 }
 
+void adaln_modulation_forward(const ConstTensorView& x, const ConstTensorView& scale,
+                              const ConstTensorView& shift, const TensorView& y,
+                              const AdaLnOptions& options, const ExecutionContext& context) {
+  const auto entered = Clock::now();
+  run<OpType::AdaLnModulation, Direction::Forward>(
+      entered, detail::adaln_forward_call(x, scale, shift, y, options), context);
+}
+
+void adaln_modulation_backward(const ConstTensorView& x, const ConstTensorView& scale,
+                               const ConstTensorView& dy, const TensorView& dx,
+                               const std::optional<TensorView>& dscale,
+                               const std::optional<TensorView>& dshift, const AdaLnOptions& options,
+                               const ExecutionContext& context) {
+  const auto entered = Clock::now();
+  run<OpType::AdaLnModulation, Direction::Backward>(
+      entered, detail::adaln_backward_call(x, scale, dy, dx, dscale, dshift, options), context);
+}
+
 void attention_backward(const ConstTensorView& q, const ConstTensorView& k,
                         const ConstTensorView& v, const std::optional<ConstTensorView>& mask,
                         const ConstTensorView& out, const ConstTensorView& dout,

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "api/adaln_problem.hpp"
 #include "api/attention_problem.hpp"
 #include "api/gemm_problem.hpp"
 #include "kernel_align/contract/convert.hpp"
@@ -208,6 +209,8 @@ KERNEL_ALIGN_PROBLEM(Linear, Forward, GemmProblem)
 KERNEL_ALIGN_PROBLEM(Linear, Backward, LinearBackwardProblem)
 KERNEL_ALIGN_PROBLEM(Attention, Forward, AttentionProblem)
 KERNEL_ALIGN_PROBLEM(Attention, Backward, AttentionBackwardProblem)
+KERNEL_ALIGN_PROBLEM(AdaLnModulation, Forward, AdaLnProblem)
+KERNEL_ALIGN_PROBLEM(AdaLnModulation, Backward, AdaLnBackwardProblem)
 #undef KERNEL_ALIGN_PROBLEM
 template <OpType op, Direction d>
 using Problem = typename ProblemOf<op, d>::type;

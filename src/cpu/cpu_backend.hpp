@@ -19,6 +19,8 @@ void linear_forward(const detail::GemmProblem& p, registry::Execution& exec);
 void linear_backward(const detail::LinearBackwardProblem& p, registry::Execution& exec);
 void attention_forward(const detail::AttentionProblem& p, registry::Execution& exec);
 void attention_backward(const detail::AttentionBackwardProblem& p, registry::Execution& exec);
+void adaln_forward(const detail::AdaLnProblem& p, registry::Execution& exec);
+void adaln_backward(const detail::AdaLnBackwardProblem& p, registry::Execution& exec);
 
 // The backend's kernels, keyed by (op, direction), as the registry holds them.
 registry::Kernels simd_kernels();

@@ -16,6 +16,7 @@
 #include "cuda/rebase.hpp"
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/registry.hpp"
+#include "reference/adaln.hpp"
 #include "reference/attention.hpp"
 #include "reference/gemm.hpp"
 #include "reference/reference.hpp"
@@ -296,6 +297,10 @@ registry::Kernels host_kernels() {
       on_host_copies<detail::AttentionProblem, reference::attention_forward>);
   k.set<OpType::Attention, Direction::Backward>(
       on_host_copies<detail::AttentionBackwardProblem, reference::attention_backward>);
+  k.set<OpType::AdaLnModulation, Direction::Forward>(
+      on_host_copies<detail::AdaLnProblem, reference::adaln_forward>);
+  k.set<OpType::AdaLnModulation, Direction::Backward>(
+      on_host_copies<detail::AdaLnBackwardProblem, reference::adaln_backward>);
   return k;
 }
 

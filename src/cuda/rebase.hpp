@@ -181,4 +181,60 @@ detail::AttentionBackwardProblem rebased(const detail::AttentionBackwardProblem&
   return rebased_attention(p, m);
 }
 
+// An adaln_modulation tensor moved by the Mirror: x-like ones as [B, S, D], a sample's
+// modulation (sequence stride 0) as the [B, D] view it is; an absent output stays absent.
+template <class Mirror, class Tensor>
+Tensor rebased_adaln_tensor(Mirror& m, Tensor t, std::int64_t batch, std::int64_t seq,
+                            std::int64_t dim, bool output) {
+  if (t.data == nullptr) return t;
+  TensorView v;
+  v.data = const_cast<void*>(static_cast<const void*>(t.data));
+  v.dtype = t.dtype;
+  if (t.strides[1] == 0) {
+    v.rank = 2;
+    v.shape[0] = batch;
+    v.shape[1] = dim;
+    v.strides[0] = t.strides[0];
+    v.strides[1] = t.strides[2];
+  } else {
+    v.rank = 3;
+    v.shape[0] = batch;
+    v.shape[1] = seq;
+    v.shape[2] = dim;
+    v.strides[0] = t.strides[0];
+    v.strides[1] = t.strides[1];
+    v.strides[2] = t.strides[2];
+  }
+  t.data = static_cast<decltype(t.data)>(m.map(v, output).data);
+  return t;
+}
+
+template <class Mirror>
+detail::AdaLnProblem rebased(const detail::AdaLnProblem& p, Mirror& m) {
+  detail::AdaLnProblem r = p;
+  const auto move = [&](auto t, bool output) {
+    return rebased_adaln_tensor(m, t, p.batch, p.seq, p.dim, output);
+  };
+  r.x = move(p.x, false);
+  r.scale = move(p.scale, false);
+  r.shift = move(p.shift, false);
+  r.y = move(p.y, true);
+  return r;
+}
+
+template <class Mirror>
+detail::AdaLnBackwardProblem rebased(const detail::AdaLnBackwardProblem& p, Mirror& m) {
+  detail::AdaLnBackwardProblem r = p;
+  const auto move = [&](auto t, bool output) {
+    return rebased_adaln_tensor(m, t, p.batch, p.seq, p.dim, output);
+  };
+  r.x = move(p.x, false);
+  r.scale = move(p.scale, false);
+  r.dy = move(p.dy, false);
+  r.dx = move(p.dx, true);
+  r.dscale = move(p.dscale, true);
+  r.dshift = move(p.dshift, true);
+  return r;
+}
+
 }  // namespace kernel_align::cuda

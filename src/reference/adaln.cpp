@@ -14,20 +14,26 @@ float element(const Tensor& t, std::int64_t b, std::int64_t s, int d) {
   return load_f32(t.dtype, t.data, t.offset(b, s, d));
 }
 
+// Row (b, s) of x widened to fp32 into `x` (read once: the statistics take two passes),
+// and its statistics.
 template <class Problem>
-contract::LayerNormRow row_of(const Problem& p, std::int64_t b, std::int64_t s) {
-  return contract::layernorm_row(p.dim, p.eps, [&](int i) { return element(p.x, b, s, i); });
+contract::LayerNormRow row_of(const Problem& p, std::int64_t b, std::int64_t s,
+                              std::vector<float>& x) {
+  x.resize(static_cast<std::size_t>(p.dim));
+  for (int i = 0; i < p.dim; ++i) x[i] = element(p.x, b, s, i);
+  return contract::layernorm_row(p.dim, p.eps, [&](int i) { return x[i]; });
 }
 
 }  // namespace
 
 void adaln_forward_rows(const detail::AdaLnProblem& p, std::int64_t begin, std::int64_t end) {
+  thread_local std::vector<float> x;
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t b = r / p.seq;
     const std::int64_t s = r % p.seq;
-    const contract::LayerNormRow row = row_of(p, b, s);
+    const contract::LayerNormRow row = row_of(p, b, s, x);
     for (int i = 0; i < p.dim; ++i) {
-      const float n = contract::layernorm_normalized(element(p.x, b, s, i), row);
+      const float n = contract::layernorm_normalized(x[i], row);
       const float m = contract::adaln_factor(element(p.scale, b, s, i), p.mode, p.scale.dtype);
       const float y = contract::adaln_forward(contract::adaln_modulated_norm(n, p.mode, p.x.dtype),
                                               m, element(p.shift, b, s, i), p.mode, p.y.dtype);
@@ -46,15 +52,16 @@ void adaln_token_block_sums(const detail::AdaLnBackwardProblem& p, std::int64_t 
     if (dscale_part != nullptr) dscale_part[i] = 0.0f;
     if (dshift_part != nullptr) dshift_part[i] = 0.0f;
   }
+  thread_local std::vector<float> x;
   const std::int64_t end = contract::dw_block_end(p.seq, block);
   for (std::int64_t s = contract::dw_block_begin(p.seq, block); s < end; ++s) {
     const contract::LayerNormRow row =
-        dscale_part != nullptr ? row_of(p, b, s) : contract::LayerNormRow{0.0f, 0.0f};
+        dscale_part != nullptr ? row_of(p, b, s, x) : contract::LayerNormRow{0.0f, 0.0f};
     for (int i = 0; i < p.dim; ++i) {
       const float dy = element(p.dy, b, s, i);
       if (dscale_part != nullptr) {
-        const float n = contract::adaln_modulated_norm(
-            contract::layernorm_normalized(element(p.x, b, s, i), row), p.mode, p.x.dtype);
+        const float n = contract::adaln_modulated_norm(contract::layernorm_normalized(x[i], row),
+                                                       p.mode, p.x.dtype);
         dscale_part[i] = contract::add(dscale_part[i], contract::mul(dy, n));
       }
       if (dshift_part != nullptr) dshift_part[i] = contract::add(dshift_part[i], dy);
@@ -79,23 +86,23 @@ void adaln_combine_blocks(const detail::AdaLnBackwardProblem& p, std::int64_t b,
 
 void adaln_backward_rows(const detail::AdaLnBackwardProblem& p, std::int64_t begin,
                          std::int64_t end) {
+  thread_local std::vector<float> x, g;
+  g.resize(static_cast<std::size_t>(p.dim));
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t b = r / p.seq;
     const std::int64_t s = r % p.seq;
-    const contract::LayerNormRow row = row_of(p, b, s);
-    const auto g = [&](int i) {
-      return contract::mul(element(p.dy, b, s, i), contract::adaln_factor(element(p.scale, b, s, i),
+    const contract::LayerNormRow row = row_of(p, b, s, x);
+    for (int i = 0; i < p.dim; ++i) {
+      g[i] = contract::mul(element(p.dy, b, s, i), contract::adaln_factor(element(p.scale, b, s, i),
                                                                           p.mode, p.scale.dtype));
-    };
-    const auto n = [&](int i) {
-      return contract::layernorm_normalized(element(p.x, b, s, i), row);
-    };
+    }
+    const auto n = [&](int i) { return contract::layernorm_normalized(x[i], row); };
     const contract::AdaLnBackwardRow constants = contract::adaln_backward_constants(
-        row, contract::tree_sum(p.dim, g),
-        contract::tree_sum(p.dim, [&](int i) { return contract::mul(g(i), n(i)); }), p.dim);
+        row, contract::tree_sum(p.dim, [&](int i) { return g[i]; }),
+        contract::tree_sum(p.dim, [&](int i) { return contract::mul(g[i], n(i)); }), p.dim);
     for (int i = 0; i < p.dim; ++i) {
       contract::store_output(p.dx.dtype, p.dx.data, p.dx.offset(b, s, i),
-                             contract::adaln_backward_dx(g(i), n(i), constants));
+                             contract::adaln_backward_dx(g[i], n(i), constants));
     }
   }
 }

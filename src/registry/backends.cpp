@@ -7,6 +7,7 @@
 #endif
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/runtime.hpp"
+#include "reference/adaln.hpp"
 #include "reference/attention.hpp"
 #include "reference/gemm.hpp"
 #include "reference/reference.hpp"
@@ -97,6 +98,16 @@ Kernels reference_kernels() {
       [](const detail::AttentionBackwardProblem& p, Execution& exec) {
         record_scalar(exec, {});
         reference::attention_backward(p);
+      });
+  k.set<OpType::AdaLnModulation, Direction::Forward>(
+      [](const detail::AdaLnProblem& p, Execution& exec) {
+        record_scalar(exec, {p.batch * p.seq});
+        reference::adaln_forward(p);
+      });
+  k.set<OpType::AdaLnModulation, Direction::Backward>(
+      [](const detail::AdaLnBackwardProblem& p, Execution& exec) {
+        record_scalar(exec, {p.batch * p.seq});
+        reference::adaln_backward(p);
       });
   return k;
 }

@@ -1,7 +1,8 @@
 // libFuzzer target, differential: every op through the public API on views decoded from
 // the input, all pointing into one arena: shapes (small, or near integer overflow),
 // strides (any: zero, overlapping, huge), dtypes, layouts, modes, pairings, eps,
-// text_len, linear's activations and optional gradients, attention's masks and layouts, bool
+// text_len, linear's activations and optional gradients, attention's masks and layouts,
+// adaln_modulation's modulations ([B, D] or [B, 1, D]) and optional gradients, bool
 // tensors where numbers belong, outputs in place or anywhere (overlapping
 // inputs and each other, or beside them with the same strides: byte ranges that interleave, with or
 // without a common element), pointers off their dtype's alignment. The validation must accept a
@@ -10,6 +11,7 @@
 // accepted, every backend and path (simd at every ISA path and 1 or 3 threads, the CUDA
 // kernels on the grid emulator) must leave the arena byte for byte as the reference does.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -150,11 +152,16 @@ class Decoder {
 
 // Whether every element `v` can touch lies in the arena (overflow-safe).
 bool inside(const ConstTensorView& v, const Arena& arena) {
+  // Each span is below 2^126 in magnitude, but four of them and the byte size can pass
+  // 2^127: a view whose spans add up past the arena's size is outside it, and the sums
+  // stop there.
+  constexpr __int128 kFar = static_cast<__int128>(1) << 100;
   __int128 first = 0;
   __int128 last = 0;
   for (int i = 0; i < v.rank; ++i) {
     if (v.shape[i] <= 0) return false;
     const __int128 span = static_cast<__int128>(v.shape[i] - 1) * v.strides[i];
+    if (span <= -kFar || span >= kFar) return false;
     (span < 0 ? first : last) += span;
   }
   const auto* base = static_cast<const std::byte*>(v.data);
@@ -174,12 +181,44 @@ struct Call {
 Call decode(FuzzedDataProvider& f, Arena& arena) {
   Decoder in(f, arena);
   Call call;
-  const int op = f.ConsumeIntegralInRange<int>(0, 9);
+  const int op = f.ConsumeIntegralInRange<int>(0, 11);
   const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
   const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
   const auto add = [&](const auto& v) {
     if (v) call.views.push_back(*v);
   };
+  if (op >= 10) {  // adaln_modulation
+    const std::int64_t shape[3] = {in.dim(3), in.dim(9), in.dim(40)};
+    const TensorView x = in.view(in.dtype(), 3, shape);
+    // A sample's modulation, [B, D] or [B, 1, D] (or, as the dims are fuzzed, neither).
+    const std::int64_t modulation_shape[3] = {shape[0], 1, shape[2]};
+    const bool unsqueezed = in.coin();
+    const auto modulation = [&] {
+      return unsqueezed ? in.view(in.dtype(), 3, modulation_shape)
+                        : in.view(in.dtype(), 2, std::array{shape[0], shape[2]}.data());
+    };
+    const TensorView scale = modulation();
+    const AdaLnOptions options{in.eps(), in.mode()};
+    if (op == 10) {
+      const TensorView shift = modulation();
+      const TensorView y = in.coin() ? x : in.same_shape(in.dtype(), x);
+      call.views = {x, scale, shift, y};
+      call.run = [=] { adaln_modulation_forward(x, scale, shift, y, options); };
+      call.validate = [=] { detail::adaln_forward_call(x, scale, shift, y, options); };
+      return call;
+    }
+    const TensorView dy = in.same_shape(in.dtype(), x);
+    const TensorView dx = in.coin() ? (in.coin() ? x : dy) : in.same_shape(in.dtype(), x);
+    std::optional<TensorView> dscale, dshift;
+    if (in.coin()) dscale = modulation();
+    if (in.coin()) dshift = modulation();
+    call.views = {x, scale, dy, dx};
+    add(dscale);
+    add(dshift);
+    call.run = [=] { adaln_modulation_backward(x, scale, dy, dx, dscale, dshift, options); };
+    call.validate = [=] { detail::adaln_backward_call(x, scale, dy, dx, dscale, dshift, options); };
+    return call;
+  }
   if (op >= 8) {  // attention
     const Layout layout = in.coin() ? Layout::BSHD : Layout::BHSD;
     const std::int64_t batch = in.dim(3), seq = in.dim(9), heads = in.dim(3), dim = in.dim(40);

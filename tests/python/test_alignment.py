@@ -441,6 +441,7 @@ def test_check_command_equal_lengths(tmp_path, capsys):
     # Under the contract the sampler's slot and the trainer's sample agree everywhere.
     assert result["results"][2]["first_divergent_module"] == "identical"
     assert "attention (kernel-align)" in result["results"][2]["diff"]["types"]
+    assert "adaln_modulation (kernel-align)" in result["results"][2]["diff"]["types"]
 
 
 def test_check_command_padded_prompts_cfg_and_backward(tmp_path):

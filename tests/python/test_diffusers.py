@@ -14,7 +14,8 @@ from diffusers.models.transformers.transformer_qwenimage import (QwenEmbedRope,
 import kernel_align as ka
 import kernel_align.functional
 from formulas import assert_bitwise, assert_close, rstd_torch_mean, rstd_tree, ulp_distance
-from kernel_align.diffusers import KernelAlignQwenImageAttnProcessor, under_contract
+from kernel_align.diffusers import (KernelAlignQwenImageAttnProcessor, NormInModulation,
+                                    under_contract)
 
 AXES = (16, 56, 56)
 # img_shapes as the pipelines pass them: text-to-image at the sizes, and an
@@ -224,6 +225,11 @@ def test_under_contract_switches_the_model_and_restores_it():
         assert ka.is_batch_invariant()
         assert all(isinstance(p, KernelAlignQwenImageAttnProcessor)
                    for p in model.attn_processors.values())
+        # Each block's LayerNorms stand aside for its modulation's adaln_modulation call.
+        for block in model.transformer_blocks:
+            assert all(isinstance(getattr(block, n), NormInModulation)
+                       for n in ("img_norm1", "img_norm2", "txt_norm1", "txt_norm2"))
+            assert "_modulate" in block.__dict__
         g = torch.Generator().manual_seed(5)
         hidden = torch.randn(2, 16, 16, generator=g).to(torch.bfloat16)
         text = torch.randn(2, 12, 32, generator=g).to(torch.bfloat16)
@@ -240,6 +246,9 @@ def test_under_contract_switches_the_model_and_restores_it():
         assert_bitwise(batch[1:], alone)
     assert not ka.is_batch_invariant()
     assert model.attn_processors == before
+    for block in model.transformer_blocks:
+        assert isinstance(block.img_norm1, torch.nn.LayerNorm)
+        assert "_modulate" not in block.__dict__
     switch.restore()  # idempotent
     with pytest.raises(TypeError, match="argument 'model': expected a diffusers "
                                         "QwenImageTransformer2DModel"):
