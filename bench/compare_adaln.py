@@ -16,8 +16,6 @@ fraction of memory speed) and compiled/ours (> 1: ours is faster).
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 import time
 
@@ -25,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import kernel_align
+from bench_output import write_outputs
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -113,14 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{r['eager'] * 1e3:>8.2f} {r['compiled'] * 1e3:>11.2f} "
                           f"{r['copy_over_ours']:>9.2f} {r['compiled_over_ours']:>13.2f}",
                           flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "torch": torch.__version__}, f, indent=2)
-    if args.csv and rows:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+    write_outputs({"rows": rows, "torch": torch.__version__}, args.json, args.csv)
     return 0
 
 

@@ -17,8 +17,6 @@ four of the backward (8 S^2 D; the recomputed scores not counted). Both run the 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 import time
 
@@ -26,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import kernel_align
+from bench_output import write_outputs
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 HEAD_DIM = 128
@@ -113,14 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{row['direction']:>8} {row['ours_s']:>8.3f} {row['torch_s']:>8.3f} "
                           f"{row['torch_over_ours']:>10.2f} {row['ours_gflops']:>8.1f}",
                           flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "torch": torch.__version__}, f, indent=2)
-    if args.csv and rows:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+    write_outputs({"rows": rows, "torch": torch.__version__}, args.json, args.csv)
     return 0
 
 

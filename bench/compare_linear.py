@@ -20,8 +20,6 @@ kernel_align.batch_invariant() against torch's defaults (target <= 1.25x).
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 import time
 
@@ -29,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import kernel_align
+from bench_output import write_outputs
 
 # (N, K, activation) of every Linear of a Qwen-Image block and its embeddings.
 SHAPES = [
@@ -181,14 +180,7 @@ def main(argv=None) -> int:
             print(f"Qwen-Image block (3072 wide, 512x512 + 64 text), forward+backward, "
                   f"{r['dtype']}, {r['threads']} thread(s): torch {r['torch_s']:.2f} s, batch-invariant "
                   f"{r['batch_invariant_s']:.2f} s, ratio {r['ratio']:.2f} (target <= 1.25)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(document, f, indent=2)
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=sorted({key for r in rows for key in r}))
-            writer.writeheader()
-            writer.writerows(rows)
+    write_outputs(document, args.json, args.csv)
     return 0
 
 

@@ -7,38 +7,86 @@
 namespace kernel_align::reference {
 namespace {
 
-using contract::load_f32;
-
+// Row (b, s) of `t` (D elements) widened to fp32 into out[0..D): one switch on the dtype
+// a row, not one an element.
 template <class Tensor>
-float element(const Tensor& t, std::int64_t b, std::int64_t s, int d) {
-  return load_f32(t.dtype, t.data, t.offset(b, s, d));
+void load_row(const Tensor& t, std::int64_t b, std::int64_t s, int d, float* out) {
+  const std::int64_t base = t.offset(b, s, 0);
+  const std::int64_t step = t.strides[2];
+  switch (t.dtype) {
+    case DType::BF16: {
+      const auto* p = static_cast<const std::uint16_t*>(t.data) + base;
+      for (int i = 0; i < d; ++i) out[i] = contract::bf16_to_f32(p[i * step]);
+      return;
+    }
+    case DType::F16: {
+      const auto* p = static_cast<const std::uint16_t*>(t.data) + base;
+      for (int i = 0; i < d; ++i) out[i] = contract::f16_to_f32(p[i * step]);
+      return;
+    }
+    default:
+      for (int i = 0; i < d; ++i) out[i] = contract::load_f32(t.dtype, t.data, base + i * step);
+      return;
+  }
 }
 
-// Row (b, s) of x widened to fp32 into `x` (read once: the statistics take two passes),
-// and its statistics.
+// values[0..D) stored (store_output) into row (b, s) of `t`.
+void store_row(const detail::AdaLnOutput& t, std::int64_t b, std::int64_t s, int d,
+               const float* values) {
+  const std::int64_t base = t.offset(b, s, 0);
+  const std::int64_t step = t.strides[2];
+  if (t.dtype == DType::F32) {
+    float* p = static_cast<float*>(t.data) + base;
+    for (int i = 0; i < d; ++i) p[i * step] = contract::stored_f32(values[i]);
+  } else {
+    std::uint16_t* p = static_cast<std::uint16_t*>(t.data) + base;
+    for (int i = 0; i < d; ++i) p[i * step] = contract::stored_bits16(t.dtype, values[i]);
+  }
+}
+
+// A row's working arrays of D floats each, kept per thread.
+struct RowScratch {
+  std::vector<float> x, a, b, m, shift;
+  explicit RowScratch(int d) {
+    for (std::vector<float>* v : {&x, &a, &b, &m, &shift}) v->resize(static_cast<std::size_t>(d));
+  }
+};
+
+RowScratch& scratch(int d) {
+  thread_local RowScratch rows(0);
+  if (rows.x.size() != static_cast<std::size_t>(d)) rows = RowScratch(d);
+  return rows;
+}
+
+// Sample b's factors 1 + scale (m) into m[0..D).
 template <class Problem>
-contract::LayerNormRow row_of(const Problem& p, std::int64_t b, std::int64_t s,
-                              std::vector<float>& x) {
-  x.resize(static_cast<std::size_t>(p.dim));
-  for (int i = 0; i < p.dim; ++i) x[i] = element(p.x, b, s, i);
-  return contract::layernorm_row(p.dim, p.eps, [&](int i) { return x[i]; });
+void load_factors(const Problem& p, std::int64_t b, float* m) {
+  load_row(p.scale, b, 0, p.dim, m);
+  for (int i = 0; i < p.dim; ++i) m[i] = contract::adaln_factor(m[i], p.mode, p.scale.dtype);
 }
 
 }  // namespace
 
 void adaln_forward_rows(const detail::AdaLnProblem& p, std::int64_t begin, std::int64_t end) {
-  thread_local std::vector<float> x;
+  RowScratch& w = scratch(p.dim);
+  std::int64_t sample = -1;  // whose modulation m and shift hold
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t b = r / p.seq;
     const std::int64_t s = r % p.seq;
-    const contract::LayerNormRow row = row_of(p, b, s, x);
-    for (int i = 0; i < p.dim; ++i) {
-      const float n = contract::layernorm_normalized(x[i], row);
-      const float m = contract::adaln_factor(element(p.scale, b, s, i), p.mode, p.scale.dtype);
-      const float y = contract::adaln_forward(contract::adaln_modulated_norm(n, p.mode, p.x.dtype),
-                                              m, element(p.shift, b, s, i), p.mode, p.y.dtype);
-      contract::store_output(p.y.dtype, p.y.data, p.y.offset(b, s, i), y);
+    if (b != sample) {
+      load_factors(p, b, w.m.data());
+      load_row(p.shift, b, 0, p.dim, w.shift.data());
+      sample = b;
     }
+    load_row(p.x, b, s, p.dim, w.x.data());
+    const contract::LayerNormRow row =
+        contract::layernorm_row(w.x.data(), p.dim, p.eps, w.a.data());
+    for (int i = 0; i < p.dim; ++i) {
+      const float n = contract::adaln_modulated_norm(contract::layernorm_normalized(w.x[i], row),
+                                                     p.mode, p.x.dtype);
+      w.a[i] = contract::adaln_forward(n, w.m[i], w.shift[i], p.mode, p.y.dtype);
+    }
+    store_row(p.y, b, s, p.dim, w.a.data());
   }
 }
 
@@ -48,23 +96,26 @@ std::int64_t adaln_token_blocks(const detail::AdaLnBackwardProblem& p) {
 
 void adaln_token_block_sums(const detail::AdaLnBackwardProblem& p, std::int64_t b,
                             std::int64_t block, float* dscale_part, float* dshift_part) {
+  RowScratch& w = scratch(p.dim);
   for (int i = 0; i < p.dim; ++i) {
     if (dscale_part != nullptr) dscale_part[i] = 0.0f;
     if (dshift_part != nullptr) dshift_part[i] = 0.0f;
   }
-  thread_local std::vector<float> x;
   const std::int64_t end = contract::dw_block_end(p.seq, block);
   for (std::int64_t s = contract::dw_block_begin(p.seq, block); s < end; ++s) {
-    const contract::LayerNormRow row =
-        dscale_part != nullptr ? row_of(p, b, s, x) : contract::LayerNormRow{0.0f, 0.0f};
-    for (int i = 0; i < p.dim; ++i) {
-      const float dy = element(p.dy, b, s, i);
-      if (dscale_part != nullptr) {
-        const float n = contract::adaln_modulated_norm(contract::layernorm_normalized(x[i], row),
+    load_row(p.dy, b, s, p.dim, w.b.data());
+    if (dscale_part != nullptr) {
+      load_row(p.x, b, s, p.dim, w.x.data());
+      const contract::LayerNormRow row =
+          contract::layernorm_row(w.x.data(), p.dim, p.eps, w.a.data());
+      for (int i = 0; i < p.dim; ++i) {
+        const float n = contract::adaln_modulated_norm(contract::layernorm_normalized(w.x[i], row),
                                                        p.mode, p.x.dtype);
-        dscale_part[i] = contract::add(dscale_part[i], contract::mul(dy, n));
+        dscale_part[i] = contract::add(dscale_part[i], contract::mul(w.b[i], n));
       }
-      if (dshift_part != nullptr) dshift_part[i] = contract::add(dshift_part[i], dy);
+    }
+    if (dshift_part != nullptr) {
+      for (int i = 0; i < p.dim; ++i) dshift_part[i] = contract::add(dshift_part[i], w.b[i]);
     }
   }
 }
@@ -86,24 +137,30 @@ void adaln_combine_blocks(const detail::AdaLnBackwardProblem& p, std::int64_t b,
 
 void adaln_backward_rows(const detail::AdaLnBackwardProblem& p, std::int64_t begin,
                          std::int64_t end) {
-  thread_local std::vector<float> x, g;
-  g.resize(static_cast<std::size_t>(p.dim));
+  RowScratch& w = scratch(p.dim);
+  std::int64_t sample = -1;  // whose factors m holds
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t b = r / p.seq;
     const std::int64_t s = r % p.seq;
-    const contract::LayerNormRow row = row_of(p, b, s, x);
-    for (int i = 0; i < p.dim; ++i) {
-      g[i] = contract::mul(element(p.dy, b, s, i), contract::adaln_factor(element(p.scale, b, s, i),
-                                                                          p.mode, p.scale.dtype));
+    if (b != sample) {
+      load_factors(p, b, w.m.data());
+      sample = b;
     }
-    const auto n = [&](int i) { return contract::layernorm_normalized(x[i], row); };
-    const contract::AdaLnBackwardRow constants = contract::adaln_backward_constants(
-        row, contract::tree_sum(p.dim, [&](int i) { return g[i]; }),
-        contract::tree_sum(p.dim, [&](int i) { return contract::mul(g[i], n(i)); }), p.dim);
+    load_row(p.x, b, s, p.dim, w.x.data());
+    const contract::LayerNormRow row =
+        contract::layernorm_row(w.x.data(), p.dim, p.eps, w.a.data());
+    // b: g = dy * m; a: g * n.
+    load_row(p.dy, b, s, p.dim, w.b.data());
     for (int i = 0; i < p.dim; ++i) {
-      contract::store_output(p.dx.dtype, p.dx.data, p.dx.offset(b, s, i),
-                             contract::adaln_backward_dx(g[i], n(i), constants));
+      w.b[i] = contract::mul(w.b[i], w.m[i]);
+      w.x[i] = contract::layernorm_normalized(w.x[i], row);  // n, in place of x
+      w.a[i] = contract::mul(w.b[i], w.x[i]);
     }
+    const contract::AdaLnBackwardRow constants =
+        contract::adaln_backward_constants(row, contract::tree_sum_array(w.b.data(), p.dim),
+                                           contract::tree_sum_array(w.a.data(), p.dim), p.dim);
+    for (int i = 0; i < p.dim; ++i) w.a[i] = contract::adaln_backward_dx(w.b[i], w.x[i], constants);
+    store_row(p.dx, b, s, p.dim, w.a.data());
   }
 }
 

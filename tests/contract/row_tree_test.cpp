@@ -41,6 +41,23 @@ TEST(RowTree, FollowsTheDocumentedOrderFor40Terms) {
   }
 }
 
+// tree_sum_array (contiguous terms, lane-parallel) is tree_sum: every length from 0 to 100
+// (full chunks and tails), terms of spread magnitudes, zeros of both signs.
+TEST(RowTree, ArrayFormIsTheSameOrder) {
+  test::Rng rng(41);
+  for (int n = 0; n <= 100; ++n) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> t(static_cast<std::size_t>(n));
+      for (float& v : t) {
+        v = static_cast<float>(rng.spread(30));
+        if (rng.below(10) == 0) v = v > 0 ? 0.0f : -0.0f;
+      }
+      ASSERT_EQ(bits_of(contract::tree_sum_array(t.data(), n)), bits_of(tree_sum_of(t)))
+          << "n " << n << " trial " << trial;
+    }
+  }
+}
+
 // 2^24 + 1 rounds to 2^24 (a tie, to even), so where the ones meet 2^24 decides
 // the result. Row of 18: lane 0 = 2^24 + t16, lane 1 = t1 + t17.
 TEST(RowTree, PaddedRowSumsLanesBeforeMeetingTheLargeTerm) {

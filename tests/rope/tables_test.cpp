@@ -21,6 +21,7 @@
 
 #include "kernel_align/error.hpp"
 #include "kernel_align/positions.hpp"
+#include "support/errors.hpp"
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -335,21 +336,10 @@ TEST(RopeTablesEnvironmentTest, IndependentOfTheCallersFloatingPointState) {
   mpfr_set_emax(saved_max);
 }
 
-// The argument an invalid call is rejected for.
-template <typename Call>
-std::string rejected_argument(Call call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.argument();
-  }
-  return "(accepted)";
-}
-
 TEST(RopeTablesErrorTest, RejectsInvalidInputs) {
   const std::vector<std::int32_t> flat = {0, 1, 2};
   const auto build = [&](std::int64_t rows, RopeTableSpec spec, const std::int32_t* positions) {
-    return rejected_argument([&] { build_rope_tables(positions, rows, spec); });
+    return test::rejected_argument([&] { build_rope_tables(positions, rows, spec); });
   };
   const RopeTableSpec valid;
   EXPECT_EQ(build(1, valid, flat.data()), "(accepted)");
@@ -366,13 +356,13 @@ TEST(RopeTablesErrorTest, RejectsInvalidInputs) {
   for (const float theta : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
                             std::numeric_limits<float>::infinity()}) {
     EXPECT_EQ(build(1, {.theta = theta}, flat.data()), "spec.theta") << theta;
-    EXPECT_EQ(rejected_argument([&] { rope_inverse_frequency(0, 16, theta); }), "theta");
+    EXPECT_EQ(test::rejected_argument([&] { rope_inverse_frequency(0, 16, theta); }), "theta");
   }
 
-  EXPECT_EQ(rejected_argument([] { rope_inverse_frequency(-1, 16, 10000.0f); }), "i");
-  EXPECT_EQ(rejected_argument([] { rope_inverse_frequency(8, 16, 10000.0f); }), "i");
-  EXPECT_EQ(rejected_argument([] { rope_inverse_frequency(0, 15, 10000.0f); }), "dim");
-  EXPECT_EQ(rejected_argument([] { rope_inverse_frequency(0, 0, 10000.0f); }), "dim");
+  EXPECT_EQ(test::rejected_argument([] { rope_inverse_frequency(-1, 16, 10000.0f); }), "i");
+  EXPECT_EQ(test::rejected_argument([] { rope_inverse_frequency(8, 16, 10000.0f); }), "i");
+  EXPECT_EQ(test::rejected_argument([] { rope_inverse_frequency(0, 15, 10000.0f); }), "dim");
+  EXPECT_EQ(test::rejected_argument([] { rope_inverse_frequency(0, 0, 10000.0f); }), "dim");
 }
 
 TEST(RopeTablesErrorTest, ErrorSaysWhatWasFound) {

@@ -17,17 +17,17 @@ struct LayerNormRow {
   float rstd;
 };
 
-// mean = tree_sum(x) / D; var = tree_sum((x - mean)^2) / D; rstd = 1 / sqrt(var + eps):
-// two passes (the variance about the rounded mean), each step correctly rounded.
-template <class Load>
-KA_HD static inline LayerNormRow layernorm_row(int d, float eps, const Load& x) {
-  const float mean = div(tree_sum(d, x), static_cast<float>(d));
-  const float var = div(tree_sum(d,
-                                 [&](int i) {
-                                   const float c = sub(x(i), mean);
-                                   return mul(c, c);
-                                 }),
-                        static_cast<float>(d));
+// The statistics of the row x[0..d) (fp32): mean = tree_sum(x) / D;
+// var = tree_sum((x - mean)^2) / D, the squares written to squares[0..d) on the way;
+// rstd = 1 / sqrt(var + eps). Two passes (the variance about the rounded mean), each step
+// correctly rounded.
+KA_HD static inline LayerNormRow layernorm_row(const float* x, int d, float eps, float* squares) {
+  const float mean = div(tree_sum_array(x, d), static_cast<float>(d));
+  for (int i = 0; i < d; ++i) {
+    const float c = sub(x[i], mean);
+    squares[i] = mul(c, c);
+  }
+  const float var = div(tree_sum_array(squares, d), static_cast<float>(d));
   return {mean, div(1.0f, sqrt_rn(add(var, eps)))};
 }
 

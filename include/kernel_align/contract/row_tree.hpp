@@ -26,4 +26,21 @@ KA_HD static inline float tree_sum(int n, const Term& term) {
   return lane[0];
 }
 
+// tree_sum of the n contiguous terms v[0..n): the same order (lane j adds terms j, j+16,
+// ... in index order), written lane-parallel so that a compiler can keep the 16 lanes in
+// vector registers.
+KA_HD static inline float tree_sum_array(const float* v, int n) {
+  float lane[kTreeLanes];
+  for (float& l : lane) l = 0.0f;
+  int i = 0;
+  for (; i + kTreeLanes <= n; i += kTreeLanes) {
+    for (int j = 0; j < kTreeLanes; ++j) lane[j] = add(lane[j], v[i + j]);
+  }
+  for (int j = 0; i + j < n; ++j) lane[j] = add(lane[j], v[i + j]);
+  for (int offset = kTreeLanes / 2; offset >= 1; offset /= 2) {
+    for (int j = 0; j < offset; ++j) lane[j] = add(lane[j], lane[j + offset]);
+  }
+  return lane[0];
+}
+
 }  // namespace kernel_align::contract
