@@ -393,6 +393,17 @@ def _negative_len(text_len: int) -> int:
     return max(1, text_len * 2 // 5)
 
 
+def _batch_lens(text_lens: list[int], cfg: bool) -> list[int]:
+    """The text lengths of the sampler's batch: the prompts', then (true CFG) their negative
+    prompts'."""
+    return list(text_lens) + ([_negative_len(n) for n in text_lens] if cfg else [])
+
+
+def _image_tokens(image: tuple[int, int], edit: bool) -> int:
+    """A sample's image tokens: VAE /8, then 2x2 patches; Edit adds a reference image's."""
+    return (image[0] // 16) * (image[1] // 16) * (2 if edit else 1)
+
+
 def _inputs(image: tuple[int, int], text_lens: list[int], dtype: torch.dtype, cfg: bool,
             edit: bool):
     """The sampler's batch: one sample per prompt of ``text_lens`` tokens (latents, text
@@ -405,9 +416,9 @@ def _inputs(image: tuple[int, int], text_lens: list[int], dtype: torch.dtype, cf
     (Qwen-Image-Edit)."""
     grid_h, grid_w = image[1] // 16, image[0] // 16  # VAE /8, then 2x2 patches
     images = 2 if edit else 1
-    lens = list(text_lens) + ([_negative_len(n) for n in text_lens] if cfg else [])
+    lens = _batch_lens(text_lens, cfg)
     batch, width = len(lens), max(lens)
-    image_tokens = images * grid_h * grid_w
+    image_tokens = _image_tokens(image, edit)
     if len(set(lens)) > 1:
         # A padded width that digest_modules could not tell from the batch or the image
         # stream gets more padding (which, under the contract, changes no valid byte).
@@ -570,13 +581,13 @@ def check(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.text_len is not None:
         args.text_lens = [args.text_len] * len(TEXT_LENS)
-    image_tokens = (args.image[0] // 16) * (args.image[1] // 16) * (2 if args.edit else 1)
-    padded_lens = args.text_lens + ([_negative_len(n) for n in args.text_lens] if args.cfg else [])
-    if len(set(padded_lens)) > 1 and args.text_lens[SLOT] == image_tokens:
+    image_tokens = _image_tokens(args.image, args.edit)
+    padded = len(set(_batch_lens(args.text_lens, args.cfg))) > 1
+    if padded and args.text_lens[SLOT] == image_tokens:
         # Its digests over valid tokens could not tell its text tables from the image's.
-        parser.error(f"--text-lens/--text-len: expected the trainer's prompt (sample {SLOT}) to have a "
-                     f"token count other than the image's {image_tokens} when prompts are "
-                     f"padded, found {args.text_lens[SLOT]}")
+        parser.error(f"--text-lens/--text-len: expected the trainer's prompt (sample {SLOT}) "
+                     f"to have a token count other than the image's {image_tokens} when "
+                     f"prompts are padded, found {args.text_lens[SLOT]}")
     started = time.perf_counter()
     try:
         from .diffusers import KernelAlignQwenImageAttnProcessor, under_contract
@@ -593,7 +604,6 @@ def check(argv: list[str] | None = None) -> int:
     model = _build_model(args.layers, args.heads, dtype)
     inputs, lens = _inputs(args.image, args.text_lens, dtype, args.cfg, args.edit)
     trainer_inputs = _slot(inputs, SLOT, lens[SLOT])
-    padded = "encoder_hidden_states_mask" in inputs
     width = inputs["encoder_hidden_states"].shape[1]
     tokens = inputs["encoder_hidden_states_mask"] if padded else None
     # The trainer's prompt is all valid tokens: digested as the sampler's valid ones are.

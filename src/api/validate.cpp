@@ -1104,13 +1104,11 @@ Call<AdaLnBackwardProblem> adaln_backward_call(const ConstTensorView& x,
   check_same_shape("dy", dy, "x", x);
   check_view("dx", dx, 3, 3, {kTokensRank});
   check_same_shape("dx", dx, "x", x);
-  if (dscale) {
-    check_view("dscale", *dscale, 2, 3, {kModulationRank});
-    check_same_shape("dscale", *dscale, "scale", scale);
-  }
-  if (dshift) {
-    check_view("dshift", *dshift, 2, 3, {kModulationRank});
-    check_same_shape("dshift", *dshift, "scale", scale);
+  for (const auto& [name, grad] : {std::pair{"dscale", &dscale}, std::pair{"dshift", &dshift}}) {
+    if (*grad) {
+      check_view(name, **grad, 2, 3, {kModulationRank});
+      check_same_shape(name, **grad, "scale", scale);
+    }
   }
   Call<AdaLnBackwardProblem> call{adaln_record(Direction::Backward, options, dx.dtype), {}};
   if (dscale || dshift) record_dw_blocks(call.record);

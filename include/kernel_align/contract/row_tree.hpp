@@ -14,16 +14,21 @@ namespace kernel_align::contract {
 
 inline constexpr int kTreeLanes = 16;
 
+// The tree's last steps: lane j += lane j+8, j+4, j+2, j+1; the sum is lane 0.
+KA_HD static inline float fold_tree_lanes(float (&lane)[kTreeLanes]) {
+  for (int offset = kTreeLanes / 2; offset >= 1; offset /= 2) {
+    for (int j = 0; j < offset; ++j) lane[j] = add(lane[j], lane[j + offset]);
+  }
+  return lane[0];
+}
+
 // `term(i)` returns the already-rounded fp32 term i of the sum, 0 <= i < n.
 template <class Term>
 KA_HD static inline float tree_sum(int n, const Term& term) {
   float lane[kTreeLanes];
   for (float& l : lane) l = 0.0f;
   for (int i = 0; i < n; ++i) lane[i % kTreeLanes] = add(lane[i % kTreeLanes], term(i));
-  for (int offset = kTreeLanes / 2; offset >= 1; offset /= 2) {
-    for (int j = 0; j < offset; ++j) lane[j] = add(lane[j], lane[j + offset]);
-  }
-  return lane[0];
+  return fold_tree_lanes(lane);
 }
 
 // tree_sum of the n contiguous terms v[0..n): the same order (lane j adds terms j, j+16,
@@ -37,10 +42,7 @@ KA_HD static inline float tree_sum_array(const float* v, int n) {
     for (int j = 0; j < kTreeLanes; ++j) lane[j] = add(lane[j], v[i + j]);
   }
   for (int j = 0; i + j < n; ++j) lane[j] = add(lane[j], v[i + j]);
-  for (int offset = kTreeLanes / 2; offset >= 1; offset /= 2) {
-    for (int j = 0; j < offset; ++j) lane[j] = add(lane[j], lane[j + offset]);
-  }
-  return lane[0];
+  return fold_tree_lanes(lane);
 }
 
 }  // namespace kernel_align::contract
