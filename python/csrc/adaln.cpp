@@ -12,7 +12,7 @@
 #include <string>
 #include <tuple>
 
-#include "api/call.hpp"
+#include "api/ops/adaln_modulation.hpp"
 #include "kernel_align/ops.hpp"
 #include "outputs.hpp"
 #include "views.hpp"

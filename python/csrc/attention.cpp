@@ -15,7 +15,7 @@
 #include <string>
 #include <tuple>
 
-#include "api/call.hpp"
+#include "api/ops/attention.hpp"
 #include "kernel_align/ops.hpp"
 #include "outputs.hpp"
 #include "views.hpp"

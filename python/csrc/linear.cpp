@@ -20,7 +20,7 @@
 #include <tuple>
 #include <vector>
 
-#include "api/call.hpp"
+#include "api/ops/linear.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/linear.hpp"
 #include "kernel_align/ops.hpp"

@@ -6,7 +6,7 @@
 // tensors. Autograd is in autograd.cpp, the fake kernels are registered from Python.
 //
 // Outputs are allocated only once the call is known to be valid: the library's validation
-// (api/call.hpp) runs first on stand-in outputs (StandIns, outputs.hpp), then the outputs'
+// (api/ops/<op>.hpp) runs first on stand-in outputs (StandIns, outputs.hpp), then the outputs'
 // size is checked against the device's memory, so that a bad D or a shape past the
 // library's limits is named as such rather than failing in torch's allocator.
 #include <ATen/core/Tensor.h>
@@ -26,7 +26,9 @@
 #include <tuple>
 #include <vector>
 
-#include "api/call.hpp"
+#include "api/ops/multi_axis_rope.hpp"
+#include "api/ops/qk_norm_rope.hpp"
+#include "api/ops/qk_rmsnorm.hpp"
 #include "kernel_align/ops.hpp"
 #include "outputs.hpp"
 #include "views.hpp"

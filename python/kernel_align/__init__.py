@@ -6,9 +6,9 @@ the extension was built with it (``HAS_CUDA``). See docs/python.md and docs/api.
 The diffusers attention processor lives in ``kernel_align.diffusers`` (it imports
 diffusers, which this package does not require).
 
-Contents: the ops (``qk_rmsnorm``, ``multi_axis_rope``, ``multi_axis_rope_``,
-``qk_norm_rope``, ``qk_norm_rope_``, ``linear``, ``attention``, ``adaln_modulation``:
-kernel_align.functional), the
+Contents: the ops (every name of ``kernel_align.functional.__all__``: ``qk_rmsnorm``,
+``multi_axis_rope``, ``qk_norm_rope``, ``linear``, ``attention``, ``adaln_modulation``,
+...; re-exported here from that one list), the
 batch-invariant mode for whole models (``batch_invariant``, ``set_batch_invariant``,
 ``patch_linear``: kernel_align.batch_invariant), their modules
 (``QkRmsNorm``, ``MultiAxisRope``: kernel_align.modules), positions and tables
@@ -40,16 +40,8 @@ from .batch_invariant import (
     patch_linear,
     set_batch_invariant,
 )
-from .functional import (
-    adaln_modulation,
-    attention,
-    linear,
-    multi_axis_rope,
-    multi_axis_rope_,
-    qk_norm_rope,
-    qk_norm_rope_,
-    qk_rmsnorm,
-)
+from . import functional as _functional
+from .functional import *  # noqa: F403 (the ops, as functional.__all__ lists them)
 from .modules import MultiAxisRope, QkRmsNorm
 from .positions import qwen_image_positions, qwen_image_rope_positions, rope_tables
 from .runtime import (
@@ -74,19 +66,12 @@ CONTRACT_VERSION: str = _ops.contract_version()
 __all__ = [
     "HAS_CUDA",
     "CONTRACT_VERSION",
-    "linear",
-    "attention",
-    "adaln_modulation",
+    *_functional.__all__,
     "batch_invariant",
     "set_batch_invariant",
     "is_batch_invariant",
     "patch_linear",
     "LinearPatch",
-    "qk_rmsnorm",
-    "multi_axis_rope",
-    "multi_axis_rope_",
-    "qk_norm_rope",
-    "qk_norm_rope_",
     "QkRmsNorm",
     "MultiAxisRope",
     "qwen_image_positions",

@@ -1,4 +1,4 @@
-// One call of an op as validation returns it (validate.cpp): the record that the
+// One call of an op as its validator returns it (api/ops/<op>.cpp): the record that the
 // registry chooses a backend from and the trace writes (the op, its options, every
 // tensor argument named once), and the problem the backend runs. A public function
 // (ops.cpp) builds one per call and hands it on; nothing on the way allocates.
@@ -73,68 +73,5 @@ struct Call {
   CallRecord record;
   Problem problem;
 };
-
-// Each checks every argument of its op, throwing kernel_align::Error naming the first
-// bad one, and returns the call.
-Call<RmsNormForwardProblem> rmsnorm_forward_call(const ConstTensorView& x,
-                                                 const std::optional<ConstTensorView>& weight,
-                                                 const TensorView& y,
-                                                 const RmsNormOptions& options);
-
-Call<RmsNormBackwardProblem> rmsnorm_backward_call(const ConstTensorView& x,
-                                                   const ConstTensorView& dy,
-                                                   const std::optional<ConstTensorView>& weight,
-                                                   const TensorView& dx,
-                                                   const std::optional<TensorView>& dw,
-                                                   const RmsNormOptions& options);
-
-// Forward: x -> y; backward: dy -> dx (the transposed rotation).
-Call<RopeProblem> rope_call(Direction direction, const ConstTensorView& in,
-                            const ConstTensorView& cos, const ConstTensorView& sin,
-                            const TensorView& out, const RopeOptions& options);
-
-Call<QkNormRopeForwardProblem> qk_norm_rope_forward_call(
-    const ConstTensorView& q, const ConstTensorView& k, const QkNormWeights& weights,
-    const ConstTensorView& cos, const ConstTensorView& sin, const TensorView& q_out,
-    const TensorView& k_out, const QkNormRopeOptions& options);
-
-Call<QkNormRopeBackwardProblem> qk_norm_rope_backward_call(
-    const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& dq_out,
-    const ConstTensorView& dk_out, const QkNormWeights& weights, const ConstTensorView& cos,
-    const ConstTensorView& sin, const TensorView& dq, const TensorView& dk,
-    const QkNormWeightGrads& weight_grads, const QkNormRopeOptions& options);
-
-Call<GemmProblem> linear_forward_call(const ConstTensorView& x, const ConstTensorView& weight,
-                                      const std::optional<ConstTensorView>& bias,
-                                      const TensorView& y, const LinearOptions& options);
-
-Call<LinearBackwardProblem> linear_backward_call(
-    const ConstTensorView& x, const ConstTensorView& weight,
-    const std::optional<ConstTensorView>& bias, const ConstTensorView& dy,
-    const std::optional<TensorView>& dx, const std::optional<TensorView>& dw,
-    const std::optional<TensorView>& db, const LinearOptions& options);
-
-Call<AttentionProblem> attention_forward_call(const ConstTensorView& q, const ConstTensorView& k,
-                                              const ConstTensorView& v,
-                                              const std::optional<ConstTensorView>& mask,
-                                              const TensorView& out,
-                                              const AttentionOptions& options);
-
-Call<AttentionBackwardProblem> attention_backward_call(
-    const ConstTensorView& q, const ConstTensorView& k, const ConstTensorView& v,
-    const std::optional<ConstTensorView>& mask, const ConstTensorView& out,
-    const ConstTensorView& dout, const TensorView& dq, const TensorView& dk, const TensorView& dv,
-    const AttentionOptions& options);
-
-Call<AdaLnProblem> adaln_forward_call(const ConstTensorView& x, const ConstTensorView& scale,
-                                      const ConstTensorView& shift, const TensorView& y,
-                                      const AdaLnOptions& options);
-
-Call<AdaLnBackwardProblem> adaln_backward_call(const ConstTensorView& x,
-                                               const ConstTensorView& scale,
-                                               const ConstTensorView& dy, const TensorView& dx,
-                                               const std::optional<TensorView>& dscale,
-                                               const std::optional<TensorView>& dshift,
-                                               const AdaLnOptions& options);
 
 }  // namespace kernel_align::detail

@@ -1,5 +1,5 @@
 // Validated descriptions of one call, the form in which every backend receives
-// work. Validation builds one (validate.cpp, as part of a call record: api/call.hpp)
+// work. Validation builds one (api/ops/<op>.cpp, as part of a call record: api/call.hpp)
 // after checking every argument; a backend may assume all of it holds.
 #pragma once
 

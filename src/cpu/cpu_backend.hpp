@@ -1,28 +1,24 @@
-// The CPU backend: the kernels of the selected instruction-set path, rows split
-// across the thread pool. Every row is computed whole by one thread, and the dw
-// sums follow the contract's fixed block partition, so no result depends on the
-// thread count or the path.
+// The CPU backend ("simd"): the kernels of the selected instruction-set path, rows split
+// across the thread pool (cpu/pool_passes.hpp). Each op's kernels are in its own file,
+// cpu/ops/<op>.cpp, which adds them to the backend's table by the function declared here
+// from op_list.hpp (a missing one is a link error). Every row is computed whole by one
+// thread, and the dw sums follow the contract's fixed block partition, so no result
+// depends on the thread count or the path.
 #pragma once
 
-#include "api/problems.hpp"
+#include "kernel_align/op_list.hpp"
 #include "registry/registry.hpp"
 
 namespace kernel_align::cpu {
 
-// Each records the path, thread count and row partition it used in `exec`.
-void qk_rmsnorm_forward(const detail::RmsNormForwardProblem& p, registry::Execution& exec);
-void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p, registry::Execution& exec);
-void multi_axis_rope(const detail::RopeProblem& p, registry::Execution& exec);
-void qk_norm_rope_forward(const detail::QkNormRopeForwardProblem& p, registry::Execution& exec);
-void qk_norm_rope_backward(const detail::QkNormRopeBackwardProblem& p, registry::Execution& exec);
-void linear_forward(const detail::GemmProblem& p, registry::Execution& exec);
-void linear_backward(const detail::LinearBackwardProblem& p, registry::Execution& exec);
-void attention_forward(const detail::AttentionProblem& p, registry::Execution& exec);
-void attention_backward(const detail::AttentionBackwardProblem& p, registry::Execution& exec);
-void adaln_forward(const detail::AdaLnProblem& p, registry::Execution& exec);
-void adaln_backward(const detail::AdaLnBackwardProblem& p, registry::Execution& exec);
+// add_<op>_kernels(k): the op's kernels, keyed by (op, direction); each records the
+// path, thread count and row partition it used in its Execution.
+#define KERNEL_ALIGN_DECLARE_ADD_KERNELS(Enumerator, name) \
+  void add_##name##_kernels(registry::Kernels& k);
+KERNEL_ALIGN_OPS(KERNEL_ALIGN_DECLARE_ADD_KERNELS)
+#undef KERNEL_ALIGN_DECLARE_ADD_KERNELS
 
-// The backend's kernels, keyed by (op, direction), as the registry holds them.
+// The backend's kernels, every op's, as the registry holds them.
 registry::Kernels simd_kernels();
 
 }  // namespace kernel_align::cpu

@@ -1,5 +1,5 @@
 // The CPU backend's row kernels: the table of each instruction-set path, and the
-// validated problems as the RowPlans those kernels read. The driver (cpu_backend.cpp)
+// validated problems as the RowPlans those kernels read. An op's driver (cpu/ops/<op>.cpp)
 // builds a call's plan once and splits its rows across threads. Every kernel produces
 // the reference's bytes.
 //

@@ -16,10 +16,7 @@
 #include "cuda/rebase.hpp"
 #include "kernel_align/fingerprints.hpp"
 #include "kernel_align/registry.hpp"
-#include "reference/adaln.hpp"
-#include "reference/attention.hpp"
-#include "reference/gemm.hpp"
-#include "reference/reference.hpp"
+#include "reference/kernels.hpp"
 #include "trace/trace.hpp"
 
 namespace kernel_align::cuda {
@@ -245,27 +242,18 @@ class HostMirror {
   std::deque<Copy> copies_;  // a deque: copies never move once made
 };
 
-// The reference entry `run` on host copies of the call's tensors.
-template <class Problem, void (*Reference)(const Problem&)>
-void on_host_copies(const Problem& p, registry::Execution& exec) {
+// The reference backend's kernel of (op, direction) on host copies of the call's tensors
+// (rebase.hpp maps each problem's views): every op the reference runs, with no code of
+// its own here.
+template <OpType op, Direction direction>
+void on_host_copies(const detail::Problem<op, direction>& p, registry::Execution& exec) {
+  static const registry::Kernels reference_kernels = reference::kernels();
   exec.isa = "scalar (host copies)";
   exec.threads = 1;
   HostMirror mirror(exec);
-  Reference(rebased(p, mirror));
+  registry::Execution on_host;  // the reference's own notes (its row ranges) are not this call's
+  reference_kernels.get<op, direction>()(rebased(p, mirror), on_host);
   mirror.write_back();
-}
-
-void reference_fused_forward(const detail::QkNormRopeForwardProblem& p) {
-  for (const detail::NormRopeForwardProblem& s : p.streams) reference::norm_rope_forward(s);
-}
-
-void reference_fused_backward(const detail::QkNormRopeBackwardProblem& p) {
-  for (const detail::NormRopeBackwardProblem& s : p.streams) reference::norm_rope_backward(s);
-  detail::zero_empty_stream_grads_on_host(p);
-}
-
-void reference_linear_backward(const detail::LinearBackwardProblem& p) {
-  reference::linear_backward(p, reference::gemm);
 }
 
 std::string host_fallback_unavailable() {
@@ -278,29 +266,13 @@ std::string host_fallback_unavailable() {
 
 registry::Kernels host_kernels() {
   registry::Kernels k;
-  k.set<OpType::QkRmsNorm, Direction::Forward>(
-      on_host_copies<detail::RmsNormForwardProblem, reference::qk_rmsnorm_forward>);
-  k.set<OpType::QkRmsNorm, Direction::Backward>(
-      on_host_copies<detail::RmsNormBackwardProblem, reference::qk_rmsnorm_backward>);
-  k.set<OpType::MultiAxisRope, Direction::Forward>(
-      on_host_copies<detail::RopeProblem, reference::multi_axis_rope>);
-  k.set<OpType::MultiAxisRope, Direction::Backward>(
-      on_host_copies<detail::RopeProblem, reference::multi_axis_rope>);
-  k.set<OpType::QkNormRope, Direction::Forward>(
-      on_host_copies<detail::QkNormRopeForwardProblem, reference_fused_forward>);
-  k.set<OpType::QkNormRope, Direction::Backward>(
-      on_host_copies<detail::QkNormRopeBackwardProblem, reference_fused_backward>);
-  k.set<OpType::Linear, Direction::Forward>(on_host_copies<detail::GemmProblem, reference::gemm>);
-  k.set<OpType::Linear, Direction::Backward>(
-      on_host_copies<detail::LinearBackwardProblem, reference_linear_backward>);
-  k.set<OpType::Attention, Direction::Forward>(
-      on_host_copies<detail::AttentionProblem, reference::attention_forward>);
-  k.set<OpType::Attention, Direction::Backward>(
-      on_host_copies<detail::AttentionBackwardProblem, reference::attention_backward>);
-  k.set<OpType::AdaLnModulation, Direction::Forward>(
-      on_host_copies<detail::AdaLnProblem, reference::adaln_forward>);
-  k.set<OpType::AdaLnModulation, Direction::Backward>(
-      on_host_copies<detail::AdaLnBackwardProblem, reference::adaln_backward>);
+#define KERNEL_ALIGN_ON_HOST_COPIES(Enumerator, name)          \
+  k.set<OpType::Enumerator, Direction::Forward>(               \
+      on_host_copies<OpType::Enumerator, Direction::Forward>); \
+  k.set<OpType::Enumerator, Direction::Backward>(              \
+      on_host_copies<OpType::Enumerator, Direction::Backward>);
+  KERNEL_ALIGN_OPS(KERNEL_ALIGN_ON_HOST_COPIES)
+#undef KERNEL_ALIGN_ON_HOST_COPIES
   return k;
 }
 

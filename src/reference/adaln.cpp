@@ -1,4 +1,5 @@
 #include "reference/adaln.hpp"
+#include "reference/kernels.hpp"
 
 #include "kernel_align/contract/adaln.hpp"
 #include "kernel_align/contract/convert.hpp"
@@ -186,6 +187,19 @@ void adaln_backward(const detail::AdaLnBackwardProblem& p) {
     }
   }
   adaln_backward_rows(p, 0, p.batch * p.seq);
+}
+
+void add_adaln_modulation_kernels(registry::Kernels& k) {
+  k.set<OpType::AdaLnModulation, Direction::Forward>(
+      [](const detail::AdaLnProblem& p, registry::Execution& exec) {
+        record_scalar(exec, {p.batch * p.seq});
+        adaln_forward(p);
+      });
+  k.set<OpType::AdaLnModulation, Direction::Backward>(
+      [](const detail::AdaLnBackwardProblem& p, registry::Execution& exec) {
+        record_scalar(exec, {p.batch * p.seq});
+        adaln_backward(p);
+      });
 }
 
 }  // namespace kernel_align::reference

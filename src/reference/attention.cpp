@@ -1,4 +1,5 @@
 #include "reference/attention.hpp"
+#include "reference/kernels.hpp"
 
 #include <cstddef>
 #include <utility>
@@ -136,6 +137,19 @@ void attention_backward(const detail::AttentionBackwardProblem& p) {
       }
     }
   }
+}
+
+void add_attention_kernels(registry::Kernels& k) {
+  k.set<OpType::Attention, Direction::Forward>(
+      [](const detail::AttentionProblem& p, registry::Execution& exec) {
+        record_scalar(exec, {});
+        attention_forward(p);
+      });
+  k.set<OpType::Attention, Direction::Backward>(
+      [](const detail::AttentionBackwardProblem& p, registry::Execution& exec) {
+        record_scalar(exec, {});
+        attention_backward(p);
+      });
 }
 
 }  // namespace kernel_align::reference

@@ -1,4 +1,5 @@
 #include "reference/gemm.hpp"
+#include "reference/kernels.hpp"
 
 #include <utility>
 
@@ -28,6 +29,22 @@ void gemm(const detail::GemmProblem& p) {
       contract::store_output(p.c_dtype, p.c, m * p.c_row_stride + n * p.c_col_stride, out);
     }
   }
+}
+
+void add_linear_kernels(registry::Kernels& k) {
+  k.set<OpType::Linear, Direction::Forward>(
+      [](const detail::GemmProblem& p, registry::Execution& exec) {
+        record_scalar(exec, {p.m});
+        gemm(p);
+      });
+  k.set<OpType::Linear, Direction::Backward>(
+      [](const detail::LinearBackwardProblem& p, registry::Execution& exec) {
+        record_scalar(exec, {});
+        linear_backward(p, [&](const detail::GemmProblem& g) {
+          if (exec.traced) exec.partition.push_back({{0, g.m}});
+          gemm(g);
+        });
+      });
 }
 
 }  // namespace kernel_align::reference

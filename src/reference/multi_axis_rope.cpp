@@ -2,6 +2,7 @@
 
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/rope.hpp"
+#include "reference/kernels.hpp"
 #include "reference/reference.hpp"
 
 namespace kernel_align::reference {
@@ -36,6 +37,15 @@ void multi_axis_rope(const detail::RopeProblem& p) {
       }
     }
   }
+}
+
+void add_multi_axis_rope_kernels(registry::Kernels& k) {
+  const auto rope = [](const detail::RopeProblem& p, registry::Execution& exec) {
+    record_scalar(exec, {detail::row_count(p.in)});
+    multi_axis_rope(p);
+  };
+  k.set<OpType::MultiAxisRope, Direction::Forward>(rope);
+  k.set<OpType::MultiAxisRope, Direction::Backward>(rope);
 }
 
 }  // namespace kernel_align::reference

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernel_align/contract/convert.hpp"
+#include "reference/kernels.hpp"
 #include "reference/reference.hpp"
 
 namespace kernel_align::reference {
@@ -69,6 +70,24 @@ void norm_rope_backward(const detail::NormRopeBackwardProblem& p) {
                                detail::sequence_strides(g.view, p.rope.layout), p.cos, p.sin,
                                p.seq_offset, p.rope, true, p.d));
   qk_rmsnorm_backward({p.x, g.view, p.weight, p.dx, p.dw, p.norm, p.d});
+}
+
+void add_qk_norm_rope_kernels(registry::Kernels& k) {
+  k.set<OpType::QkNormRope, Direction::Forward>(
+      [](const detail::QkNormRopeForwardProblem& p, registry::Execution& exec) {
+        for (const auto& stream : p.streams) {
+          record_scalar(exec, {detail::row_count(stream.x)});
+          norm_rope_forward(stream);
+        }
+      });
+  k.set<OpType::QkNormRope, Direction::Backward>(
+      [](const detail::QkNormRopeBackwardProblem& p, registry::Execution& exec) {
+        for (const auto& stream : p.streams) {
+          record_scalar(exec, {detail::row_count(stream.x)});
+          norm_rope_backward(stream);
+        }
+        detail::zero_empty_stream_grads_on_host(p);
+      });
 }
 
 }  // namespace kernel_align::reference

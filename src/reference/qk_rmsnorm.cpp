@@ -4,6 +4,7 @@
 
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/rmsnorm.hpp"
+#include "reference/kernels.hpp"
 #include "reference/reference.hpp"
 
 namespace kernel_align::reference {
@@ -92,6 +93,19 @@ void qk_rmsnorm_backward(const detail::RmsNormBackwardProblem& p) {
       contract::store_output(p.dw->dtype, p.dw->data, i * p.dw->strides[0], dw_total[i]);
     }
   }
+}
+
+void add_qk_rmsnorm_kernels(registry::Kernels& k) {
+  k.set<OpType::QkRmsNorm, Direction::Forward>(
+      [](const detail::RmsNormForwardProblem& p, registry::Execution& exec) {
+        record_scalar(exec, {detail::row_count(p.x)});
+        qk_rmsnorm_forward(p);
+      });
+  k.set<OpType::QkRmsNorm, Direction::Backward>(
+      [](const detail::RmsNormBackwardProblem& p, registry::Execution& exec) {
+        record_scalar(exec, {detail::row_count(p.x)});
+        qk_rmsnorm_backward(p);
+      });
 }
 
 }  // namespace kernel_align::reference

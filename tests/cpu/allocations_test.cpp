@@ -183,6 +183,7 @@ TEST(CpuAllocations, UntracedBackendCallsAllocateNothing) {
   rope.seq = kS;
   rope.heads = kH;
   rope.d = kD;
+  const registry::Kernels simd = cpu::simd_kernels();
   for (const bool traced : {false, true}) {
     for (const int threads : {1, 2}) {
       set_num_threads(threads);
@@ -197,9 +198,15 @@ TEST(CpuAllocations, UntracedBackendCallsAllocateNothing) {
         });
       };
       const long counts[] = {
-          allocations_of_call([&](auto& exec) { cpu::qk_rmsnorm_forward(forward, exec); }),
-          allocations_of_call([&](auto& exec) { cpu::qk_rmsnorm_backward(backward, exec); }),
-          allocations_of_call([&](auto& exec) { cpu::multi_axis_rope(rope, exec); }),
+          allocations_of_call([&](auto& exec) {
+            simd.get<OpType::QkRmsNorm, Direction::Forward>()(forward, exec);
+          }),
+          allocations_of_call([&](auto& exec) {
+            simd.get<OpType::QkRmsNorm, Direction::Backward>()(backward, exec);
+          }),
+          allocations_of_call([&](auto& exec) {
+            simd.get<OpType::MultiAxisRope, Direction::Forward>()(rope, exec);
+          }),
       };
       for (const long count : counts) {
         if (traced) {

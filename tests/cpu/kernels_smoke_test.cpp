@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "api/call.hpp"
+#include "api/ops/multi_axis_rope.hpp"
+#include "api/ops/qk_norm_rope.hpp"
+#include "api/ops/qk_rmsnorm.hpp"
 #include "cpu/kernels.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/rmsnorm.hpp"

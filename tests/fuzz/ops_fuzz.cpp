@@ -24,7 +24,12 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include "api/call.hpp"
+#include "api/ops/adaln_modulation.hpp"
+#include "api/ops/attention.hpp"
+#include "api/ops/linear.hpp"
+#include "api/ops/multi_axis_rope.hpp"
+#include "api/ops/qk_norm_rope.hpp"
+#include "api/ops/qk_rmsnorm.hpp"
 #include "cuda/emulator/emulated_backend.hpp"
 #include "kernel_align/error.hpp"
 #include "kernel_align/ops.hpp"

@@ -57,9 +57,13 @@ registry::Backend narrow_backend(
   b.unavailable_reason = unavailable;
   b.isa_paths = [] { return std::string("as simd"); };
   b.fingerprint = "0000000000000000";
-  b.kernels.set<OpType::QkRmsNorm, Direction::Forward>(cpu::qk_rmsnorm_forward);
-  b.kernels.set<OpType::QkRmsNorm, Direction::Backward>(cpu::qk_rmsnorm_backward);
-  b.kernels.set<OpType::QkNormRope, Direction::Forward>(cpu::qk_norm_rope_forward);
+  const registry::Kernels simd = cpu::simd_kernels();
+  b.kernels.set<OpType::QkRmsNorm, Direction::Forward>(
+      simd.get<OpType::QkRmsNorm, Direction::Forward>());
+  b.kernels.set<OpType::QkRmsNorm, Direction::Backward>(
+      simd.get<OpType::QkRmsNorm, Direction::Backward>());
+  b.kernels.set<OpType::QkNormRope, Direction::Forward>(
+      simd.get<OpType::QkNormRope, Direction::Forward>());
   return b;  // no rope: "narrow" does not implement multi_axis_rope
 }
 

@@ -200,7 +200,7 @@ TEST(VerifyPlanted, WrongBytesFailTheReferenceAndBatchChecks) {
   // element, the sample inside a batch (element 1) does not; every thread count agrees.
   flipping.kernels.set<OpType::QkRmsNorm, Direction::Forward>(
       [](const detail::RmsNormForwardProblem& p, registry::Execution& exec) {
-        cpu::qk_rmsnorm_forward(p, exec);
+        cpu::simd_kernels().get<OpType::QkRmsNorm, Direction::Forward>()(p, exec);
         *static_cast<unsigned char*>(p.y.data) ^= 1u;
       });
   const registry::ScopedRegistration planted(flipping);
@@ -239,7 +239,7 @@ TEST(VerifyPlanted, BytesThatDependOnTheThreadCountFailTheThreadsCheck) {
   registry::Backend by_threads = simd_clone("one_thread_differs");
   // dx of the rope backward, wrong in its last bit only when the backend has one thread.
   const auto rope = [](const detail::RopeProblem& p, registry::Execution& exec) {
-    cpu::multi_axis_rope(p, exec);
+    cpu::simd_kernels().get<OpType::MultiAxisRope, Direction::Forward>()(p, exec);
     if (p.transpose && num_threads() == 1) *static_cast<unsigned char*>(p.out.data) ^= 1u;
   };
   by_threads.kernels.set<OpType::MultiAxisRope, Direction::Forward>(rope);

@@ -1,0 +1,154 @@
+// adaln_modulation: x [B, S, D], scale and shift [B, D] or [B, 1, D]. Its validator (each argument
+// checked and named, the call's tensors listed once for the aliasing rule) and its public functions
+// (kernel_align/ops.hpp).
+#include "api/ops/adaln_modulation.hpp"
+
+#include "api/run.hpp"
+#include "api/validate.hpp"
+#include "kernel_align/error.hpp"
+#include "kernel_align/ops.hpp"
+
+namespace kernel_align {
+namespace detail {
+
+namespace {
+
+constexpr std::string_view kTokensRank = "rank 3 ([B, S, D])";
+constexpr std::string_view kModulationRank = "rank 2 or 3 ([B, D] or [B, 1, D])";
+
+// x of adaln_modulation (or a tensor of its shape): its D.
+int check_adaln_tokens(const char* name, const ConstTensorView& t) {
+  check_view(name, t, 3, 3, {kTokensRank});
+  const std::int64_t d = t.shape[2];
+  if (d < 1 || d > kMaxHeadDim) {
+    throw Error(name, "a last dim D from 1 to " + std::to_string(kMaxHeadDim),
+                "D = " + std::to_string(d));
+  }
+  return static_cast<int>(d);
+}
+
+// A sample's modulation: [B, D] or [B, 1, D] with x's B and D.
+void check_modulation(const char* name, const ConstTensorView& t, const ConstTensorView& x) {
+  check_view(name, t, 2, 3, {kModulationRank});
+  const bool ok = t.shape[0] == x.shape[0] && t.shape[t.rank - 1] == x.shape[2] &&
+                  (t.rank == 2 || t.shape[1] == 1);
+  if (!ok) {
+    const std::string b = std::to_string(x.shape[0]);
+    const std::string d = std::to_string(x.shape[2]);
+    throw Error(name, "shape [" + b + ", " + d + "] or [" + b + ", 1, " + d + "] (B and D of x)",
+                "shape " + shape_string(t));
+  }
+}
+
+template <class Pointer, class View>
+Strided3<Pointer> tokens_of(const View& v) {
+  return {v.data, v.dtype, {v.strides[0], v.strides[1], v.strides[2]}};
+}
+
+// A [B, D] or [B, 1, D] view as [B, S, D] whose every token reads (or writes) the sample's row.
+template <class Pointer, class View>
+Strided3<Pointer> modulation_of(const View& v) {
+  return {v.data, v.dtype, {v.strides[0], 0, v.strides[v.rank - 1]}};
+}
+
+CallRecord adaln_record(Direction direction, const AdaLnOptions& options, DType output_dtype) {
+  CallRecord record = record_of(OpType::AdaLnModulation, direction, output_dtype);
+  add_option(record, choice("mode", norm_mode_name(options.mode)));
+  add_option(record, fp32_value("eps", options.eps));
+  return record;
+}
+
+}  // namespace
+
+Call<AdaLnProblem> adaln_forward_call(const ConstTensorView& x, const ConstTensorView& scale,
+                                      const ConstTensorView& shift, const TensorView& y,
+                                      const AdaLnOptions& options) {
+  const int d = check_adaln_tokens("x", x);
+  check_modulation("scale", scale, x);
+  check_modulation("shift", shift, x);
+  check_view("y", y, 3, 3, {kTokensRank});
+  check_same_shape("y", y, "x", x);
+  Call<AdaLnProblem> call{adaln_record(Direction::Forward, options, y.dtype), {}};
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input("x", x));
+  tensors.push_back(input("scale", scale));
+  tensors.push_back(input("shift", shift));
+  // A row of y is written after the row's x is read (twice: the mean, the variance).
+  tensors.push_back(output("y", y, {"x"}));
+  check_call(call.record);
+  call.problem = {x.shape[0],
+                  x.shape[1],
+                  d,
+                  options.eps,
+                  options.mode,
+                  tokens_of<const void*>(x),
+                  modulation_of<const void*>(scale),
+                  modulation_of<const void*>(shift),
+                  tokens_of<void*>(y)};
+  return call;
+}
+
+Call<AdaLnBackwardProblem> adaln_backward_call(const ConstTensorView& x,
+                                               const ConstTensorView& scale,
+                                               const ConstTensorView& dy, const TensorView& dx,
+                                               const std::optional<TensorView>& dscale,
+                                               const std::optional<TensorView>& dshift,
+                                               const AdaLnOptions& options) {
+  const int d = check_adaln_tokens("x", x);
+  check_modulation("scale", scale, x);
+  check_view("dy", dy, 3, 3, {kTokensRank});
+  check_same_shape("dy", dy, "x", x);
+  check_view("dx", dx, 3, 3, {kTokensRank});
+  check_same_shape("dx", dx, "x", x);
+  for (const auto& [name, grad] : {std::pair{"dscale", &dscale}, std::pair{"dshift", &dshift}}) {
+    if (*grad) {
+      check_view(name, **grad, 2, 3, {kModulationRank});
+      check_same_shape(name, **grad, "scale", scale);
+    }
+  }
+  Call<AdaLnBackwardProblem> call{adaln_record(Direction::Backward, options, dx.dtype), {}};
+  if (dscale || dshift) record_dw_blocks(call.record);
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input("x", x));
+  tensors.push_back(input("scale", scale));
+  tensors.push_back(input("dy", dy));
+  // dx is written after every read of x and dy (the sums over tokens come first).
+  tensors.push_back(output("dx", dx, {"x", "dy"}));
+  if (dscale) tensors.push_back(output("dscale", *dscale));
+  if (dshift) tensors.push_back(output("dshift", *dshift));
+  check_call(call.record);
+  const AdaLnOutput none{nullptr, dx.dtype, {0, 0, 0}};
+  call.problem = {x.shape[0],
+                  x.shape[1],
+                  d,
+                  options.eps,
+                  options.mode,
+                  tokens_of<const void*>(x),
+                  modulation_of<const void*>(scale),
+                  tokens_of<const void*>(dy),
+                  tokens_of<void*>(dx),
+                  dscale ? modulation_of<void*>(*dscale) : none,
+                  dshift ? modulation_of<void*>(*dshift) : none};
+  return call;
+}
+
+}  // namespace detail
+
+void adaln_modulation_forward(const ConstTensorView& x, const ConstTensorView& scale,
+                              const ConstTensorView& shift, const TensorView& y,
+                              const AdaLnOptions& options, const ExecutionContext& context) {
+  detail::run<OpType::AdaLnModulation, Direction::Forward>(
+      context, [&] { return detail::adaln_forward_call(x, scale, shift, y, options); });
+}
+
+void adaln_modulation_backward(const ConstTensorView& x, const ConstTensorView& scale,
+                               const ConstTensorView& dy, const TensorView& dx,
+                               const std::optional<TensorView>& dscale,
+                               const std::optional<TensorView>& dshift, const AdaLnOptions& options,
+                               const ExecutionContext& context) {
+  detail::run<OpType::AdaLnModulation, Direction::Backward>(context, [&] {
+    return detail::adaln_backward_call(x, scale, dy, dx, dscale, dshift, options);
+  });
+}
+
+}  // namespace kernel_align
