@@ -42,6 +42,7 @@
 #include "npy.hpp"
 #include "output_files.hpp"
 #include "tensor_io.hpp"
+#include "verify_cases.hpp"
 
 namespace kernel_align::cli {
 namespace {
@@ -62,9 +63,12 @@ constexpr std::string_view kQuickFlag = "--quick";
 constexpr std::string_view kReferenceBackend = "reference";
 // The only backend with ISA paths to choose from (set_isa).
 constexpr std::string_view kSimdBackend = "simd";
-constexpr std::int64_t kBatch = 2;
-constexpr std::int64_t kSampleSlot = 1;                 // the sample's place in the batch of kBatch
-constexpr float kInputLow = -4.0f, kInputWidth = 8.0f;  // activations, gradients
+using verify_cases::Case;
+using verify_cases::CaseCall;
+using verify_cases::kBatch;
+using verify_cases::kSampleSlot;
+using verify_cases::Outputs;
+constexpr float kInputLow = -4.0f, kInputWidth = 8.0f;   // activations, gradients
 constexpr float kWeightLow = 0.5f, kWeightWidth = 1.0f;  // near 1, as trained norm weights are
 
 // A backend as verify runs it: simd once per ISA path, any other backend as it is.
@@ -133,30 +137,16 @@ ThreadCounts thread_counts() {
   return counts;
 }
 
-// One configuration at one shape with its inputs: every activation or gradient is a
-// batch of kBatch whose element kSampleSlot is the sample the checks follow (element 0
-// holds other random data). One Case serves every configuration of a shape in turn,
-// each filling the arrays the previous one left (reused_array).
-struct Case {
-  const Config* config = nullptr;
-  const Shape* shape = nullptr;
-  const ShapeTables* tables = nullptr;
-  // In argument order: x, dy (qk_rmsnorm); x or dy (multi_axis_rope); q, k, dq_out,
-  // dk_out (qk_norm_rope).
-  std::vector<NpyArray> batched;
-  // qk_rmsnorm: one; qk_norm_rope: text q, text k, image q, image k.
-  std::vector<NpyArray> weights;
-  std::optional<std::uint64_t> seed;  // of the numbers in the arrays (set_case)
-};
+using verify_cases::reused_array;
 
-// `array` as an array of `type` and `shape`, in the storage it had: a new allocation
-// only when it grows. The full matrix spent a third of its time in the page faults of
-// fresh arrays when every case and call allocated its own.
-NpyArray& reused_array(NpyArray& array, NpyType type, std::vector<std::int64_t> shape) {
-  array.type = type;
-  array.shape = std::move(shape);
-  array.data.resize(static_cast<std::size_t>(array.numel()) * npy_type_size(type));
-  return array;
+// The op's cases (verify_cases/<op>.cpp).
+const verify_cases::OpCases& op_cases_of(OpType op) {
+  static const std::array<verify_cases::OpCases, kOpCount> op_cases{{
+#define KERNEL_ALIGN_OP_CASES(Enumerator, name) verify_cases::name##_cases(),
+      KERNEL_ALIGN_OPS(KERNEL_ALIGN_OP_CASES)
+#undef KERNEL_ALIGN_OP_CASES
+  }};
+  return op_cases[static_cast<std::size_t>(op)];
 }
 
 // `c` as the case of `config` at `shape`: its seeded inputs in c's arrays.
@@ -174,192 +164,27 @@ void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTabl
   const bool drawn = c.seed == seed;
   c.seed = seed;
   Random random(seed);
-  const bool bhsd = config.layout == Layout::BHSD;
-  // Attention's heads are independent problems of the shape's whole sequence, and its
-  // reference costs O(S^2 D) scalar fma calls per head (about 30 s a head at 4352 tokens):
-  // its cells run one head.
-  const std::int64_t heads = config.op == OpType::Attention ? 1 : shape.heads;
-  std::vector<std::int64_t> batch_shape =
-      bhsd ? std::vector<std::int64_t>{kBatch, heads, tables.seq, kHeadDim}
-           : std::vector<std::int64_t>{kBatch, tables.seq, heads, kHeadDim};
-  const bool backward = config.direction == Direction::Backward;
-  std::size_t tensors = 1;
-  // Weights of [kHeadDim] each, or linear's [kHeadDim, kHeadDim] weight and [kHeadDim] bias.
-  std::vector<std::vector<std::int64_t>> weight_shapes;
-  switch (config.op) {
-    case OpType::QkRmsNorm:
-      tensors = backward ? 2 : 1;
-      weight_shapes.assign(1, {kHeadDim});
-      break;
-    case OpType::MultiAxisRope:
-      break;
-    case OpType::QkNormRope:
-      tensors = backward ? 4 : 2;
-      weight_shapes.assign(4, {kHeadDim});
-      break;
-    case OpType::Linear:
-      // The sample's tokens through a kHeadDim x kHeadDim projection: x and dy are
-      // [batch, tokens, kHeadDim].
-      batch_shape = {kBatch, tables.seq, kHeadDim};
-      tensors = backward ? 2 : 1;
-      weight_shapes = {{kHeadDim, kHeadDim}, {kHeadDim}};
-      break;
-    case OpType::Attention:
-      // q, k, v (and the backward's out and dout) of every token, no padding: a sample
-      // alone against the batch. Padding is cpu_attention_test's and attention_op_test's.
-      tensors = backward ? 5 : 3;
-      break;
-    case OpType::AdaLnModulation:
-      // x (and the backward's dy) of the sample's tokens, kHeadDim wide, and its scale and
-      // shift [batch, 1, kHeadDim] (the forward's x, scale, shift; the backward's x, dy,
-      // scale).
-      batch_shape = {kBatch, tables.seq, kHeadDim};
-      tensors = 3;
-      break;
-  }
+  const verify_cases::InputShapes shapes =
+      op_cases_of(config.op).inputs(config, tables, shape.heads);
   const NpyType type = npy_type_of(config.dtype);
-  c.batched.resize(tensors);
-  for (std::size_t i = 0; i < tensors; ++i) {
-    const bool modulation = config.op == OpType::AdaLnModulation && i >= (backward ? 2U : 1U);
-    // The same element count in either layout.
-    NpyArray& a =
-        reused_array(c.batched[i], type,
-                     modulation ? std::vector<std::int64_t>{kBatch, 1, kHeadDim} : batch_shape);
+  c.batched.resize(shapes.batched.size());
+  for (std::size_t i = 0; i < shapes.batched.size(); ++i) {
+    NpyArray& a = reused_array(c.batched[i], type, shapes.batched[i]);
     if (!drawn) cases::fill_uniform(random, config.dtype, a.data, kInputLow, kInputWidth);
   }
-  c.weights.resize(weight_shapes.size());
-  for (std::size_t i = 0; i < weight_shapes.size(); ++i) {
-    NpyArray& a = reused_array(c.weights[i], type, weight_shapes[i]);
+  c.weights.resize(shapes.weights.size());
+  for (std::size_t i = 0; i < shapes.weights.size(); ++i) {
+    NpyArray& a = reused_array(c.weights[i], type, shapes.weights[i]);
     if (!drawn) cases::fill_uniform(random, config.dtype, a.data, kWeightLow, kWeightWidth);
   }
 }
 
-struct Output {
-  std::string name;  // as the API names it
-  NpyArray array;
-  bool per_sample = true;  // false for a dw, which sums over the batch
-};
-using Outputs = std::vector<Output>;
-
 // Calls the op of `c` on the sample alone, or on the whole batch, into `outputs`: each
 // zero-filled first, as a new array is, in the storage it had (reused_array).
 void compute(const Case& c, bool whole_batch, Outputs& outputs) {
-  const Config& config = *c.config;
-  const auto input = [&](std::size_t i) {
-    const ConstTensorView all = const_view(c.batched[i]);
-    return whole_batch ? all : narrow(all, 0, kSampleSlot, kSampleSlot + 1);
-  };
-  const auto weight = [&](std::size_t i) { return const_view(c.weights[i]); };
-  std::size_t count = 0;
-  const auto add = [&](const char* name, NpyType type, std::vector<std::int64_t> shape,
-                       bool per_sample) {
-    if (outputs.size() == count) outputs.emplace_back();
-    Output& o = outputs[count++];
-    o.name = name;
-    o.per_sample = per_sample;
-    NpyArray& a = reused_array(o.array, type, std::move(shape));
-    cases::zero_fill(a.data);
-  };
-  const auto add_like_input = [&](const char* name) {
-    std::vector<std::int64_t> shape = c.batched[0].shape;
-    shape[0] = whole_batch ? kBatch : 1;
-    add(name, c.batched[0].type, std::move(shape), true);
-  };
-  const auto add_dw = [&](const char* name) { add(name, c.weights[0].type, {kHeadDim}, false); };
-  const auto out = [&](std::size_t i) { return mutable_view(outputs[i].array); };
-  const bool forward = config.direction == Direction::Forward;
-
-  switch (config.op) {
-    case OpType::QkRmsNorm: {
-      const RmsNormOptions options{.mode = *config.mode};
-      if (forward) {
-        add_like_input("y");
-        qk_rmsnorm_forward(input(0), weight(0), out(0), options);
-      } else {
-        add_like_input("dx");
-        add_dw("dw");
-        qk_rmsnorm_backward(input(0), input(1), weight(0), out(0), out(1), options);
-      }
-      break;
-    }
-    case OpType::MultiAxisRope: {
-      const RopeOptions options{*config.pairing, *config.layout};
-      if (forward) {
-        add_like_input("y");
-        multi_axis_rope_forward(input(0), c.tables->cos(), c.tables->sin(), out(0), options);
-      } else {
-        add_like_input("dx");
-        multi_axis_rope_backward(input(0), c.tables->cos(), c.tables->sin(), out(0), options);
-      }
-      break;
-    }
-    case OpType::QkNormRope: {
-      const QkNormRopeOptions options{.mode = *config.mode,
-                                      .pairing = *config.pairing,
-                                      .layout = *config.layout,
-                                      .text_len = c.shape->text_len};
-      const QkNormWeights weights{weight(0), weight(1), weight(2), weight(3)};
-      if (forward) {
-        add_like_input("q_out");
-        add_like_input("k_out");
-        qk_norm_rope_forward(input(0), input(1), weights, c.tables->cos(), c.tables->sin(), out(0),
-                             out(1), options);
-      } else {
-        add_like_input("dq");
-        add_like_input("dk");
-        for (const char* name : {"dw_text_q", "dw_text_k", "dw_image_q", "dw_image_k"}) {
-          add_dw(name);
-        }
-        qk_norm_rope_backward(input(0), input(1), input(2), input(3), weights, c.tables->cos(),
-                              c.tables->sin(), out(0), out(1), {out(2), out(3), out(4), out(5)},
-                              options);
-      }
-      break;
-    }
-    case OpType::Linear: {
-      const LinearOptions options{*config.activation};
-      if (forward) {
-        add_like_input("y");
-        linear_forward(input(0), weight(0), weight(1), out(0), options);
-      } else {
-        add_like_input("dx");
-        add("dw", c.weights[0].type, c.weights[0].shape, false);
-        add("db", c.weights[1].type, c.weights[1].shape, false);
-        linear_backward(input(0), weight(0), weight(1), input(1), out(0), out(1), out(2), options);
-      }
-      break;
-    }
-    case OpType::Attention: {
-      const AttentionOptions options{*config.layout};
-      if (forward) {
-        add_like_input("out");
-        attention_forward(input(0), input(1), input(2), std::nullopt, out(0), options);
-      } else {
-        add_like_input("dq");
-        add_like_input("dk");
-        add_like_input("dv");
-        attention_backward(input(0), input(1), input(2), std::nullopt, input(3), input(4), out(0),
-                           out(1), out(2), options);
-      }
-      break;
-    }
-    case OpType::AdaLnModulation: {
-      const AdaLnOptions options{.mode = *config.mode};
-      if (forward) {
-        add_like_input("y");
-        adaln_modulation_forward(input(0), input(1), input(2), out(0), options);
-      } else {
-        add_like_input("dx");
-        // A sample's own sums over its tokens: per sample.
-        const std::int64_t samples = whole_batch ? kBatch : 1;
-        add("dscale", c.batched[2].type, {samples, 1, kHeadDim}, true);
-        add("dshift", c.batched[2].type, {samples, 1, kHeadDim}, true);
-        adaln_modulation_backward(input(0), input(2), input(1), out(0), out(1), out(2), options);
-      }
-      break;
-    }
-  }
-  outputs.resize(count);
+  CaseCall call(c, whole_batch, outputs);
+  op_cases_of(c.config->op).call(call);
+  outputs.resize(call.count());
 }
 
 // Runs `c` on `backend` (and, when set, ISA path `isa`); throws when the call ran
