@@ -171,6 +171,30 @@ void adaln_modulation_backward(const ConstTensorView& x, const ConstTensorView& 
                                const AdaLnOptions& options = {},
                                const ExecutionContext& context = {});
 
+// out = x + gate * y: a Qwen-Image block's gated residual (`hidden_states + gate *
+// attn_output`, and the MLP's; docs/contract.md section 13). x, y and out: [B, S, D] (D
+// from 1 to kMaxHeadDim), gate: [B, D] or [B, 1, D] (a sample's, shared by its tokens); any
+// float dtypes and strides. Elementwise: a token's bytes depend on its own elements and
+// its sample's gate alone. options.mode = Diffusers rounds gate * y to out's dtype before
+// the add, as torch computes it in the model's dtype; Single rounds once. out may be x or
+// y (in place) and overlap no other input. Errors name x (rank, D), gate and y (shape)
+// and out (shape, overlap).
+void adaln_gate_residual_forward(const ConstTensorView& x, const ConstTensorView& gate,
+                                 const ConstTensorView& y, const TensorView& out,
+                                 const GateResidualOptions& options = {},
+                                 const ExecutionContext& context = {});
+
+// Gradients of adaln_gate_residual_forward from dout (y's shape): dy = gate * dout (y's
+// shape; may be dout or y), and, where given, dgate (gate's shape): per sample, the sum
+// over its tokens of dout * y in fixed blocks of kDwBlockRows tokens (contract section
+// 13): deterministic, and per sample, so batch-invariant. The gradient of x is dout
+// itself and is not computed. Errors as the forward, and dout, dy, dgate.
+void adaln_gate_residual_backward(const ConstTensorView& gate, const ConstTensorView& y,
+                                  const ConstTensorView& dout, const TensorView& dy,
+                                  const std::optional<TensorView>& dgate,
+                                  const GateResidualOptions& options = {},
+                                  const ExecutionContext& context = {});
+
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`
 // when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value

@@ -77,6 +77,11 @@ struct AdaLnOptions {
   NormMode mode = NormMode::Diffusers;  // which roundings the forward (and so dscale) performs
 };
 
+// adaln_gate_residual_forward / _backward.
+struct GateResidualOptions {
+  NormMode mode = NormMode::Diffusers;  // whether the forward rounds gate * y before the add
+};
+
 // The names the trace, the CLI and the Python package use: "single"/"diffusers",
 // "half"/"interleaved", "bshd"/"bhsd" (the Python package's option strings).
 const char* norm_mode_name(NormMode m);

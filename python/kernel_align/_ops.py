@@ -274,6 +274,22 @@ def _adaln_modulation_backward_fake(x, scale, dy, eps, mode):
 
 
 # ---------------------------------------------------------------------------------------
+# adaln_gate_residual (csrc/gate_residual.cpp): out like x, the gradients like y and gate.
+
+
+@torch.library.register_fake("kernel_align::adaln_gate_residual")
+def _adaln_gate_residual_fake(x, gate, y, mode="diffusers"):
+    check_tensors("adaln_gate_residual", x=x, gate=gate, y=y)
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("kernel_align::adaln_gate_residual_backward")
+def _adaln_gate_residual_backward_fake(gate, y, dout, mode):
+    check_tensors("adaln_gate_residual_backward", gate=gate, y=y, dout=dout)
+    return torch.empty_like(y), torch.empty_like(gate)
+
+
+# ---------------------------------------------------------------------------------------
 # out= variants: the outputs given, written, nothing returned (csrc/ops.cpp). The fake
 # kernels check what the schema cannot; shapes and dtypes are the C++ validation's.
 

@@ -219,6 +219,22 @@ def _modulate_under_contract(eps: float, modulate):
     return _modulate
 
 
+def _continuous_under_contract(module):
+    """``AdaLayerNormContinuous.forward(x, conditioning_embedding)`` (the model's
+    ``norm_out``, a LayerNorm without affine) with its LayerNorm and modulation as one
+    adaln_modulation call: diffusers' ``norm(x) * (1 + scale)[:, None] + shift[:, None]``
+    is the block's ``_modulate`` expression, with the chunks in the order (scale, shift)."""
+    def forward(x, conditioning_embedding):
+        emb = module.linear(module.silu(conditioning_embedding).to(x.dtype))
+        scale, shift = torch.chunk(emb, 2, dim=1)
+        return functional.adaln_modulation(x, scale, shift, eps=module.norm.eps)
+    return forward
+
+
+def _is_affine_free_layer_norm(norm) -> bool:
+    return isinstance(norm, torch.nn.LayerNorm) and norm.weight is None
+
+
 class ContractSwitch:
     """What ``under_contract(model)`` changed: ``restore()`` (or leaving its ``with``
     block) puts the model's attention processors and block norms back and ends its
@@ -227,19 +243,30 @@ class ContractSwitch:
     def __init__(self, model, processors):
         """Enters the batch-invariant mode for ``model``, whose previous attention
         processors ``processors`` (name -> processor) ``restore()`` sets back, and puts
-        every block's LayerNorm + modulation under the contract (``adaln_modulation``)."""
+        every block's LayerNorm + modulation, and the output's ``norm_out``, under the
+        contract (``adaln_modulation``)."""
         self.model = model
         self._processors = processors
         self._norms = []  # (block, name, the LayerNorm)
         for block in getattr(model, "transformer_blocks", ()):
             norms = [(name, getattr(block, name, None)) for name in _BLOCK_NORMS]
-            if not all(isinstance(n, torch.nn.LayerNorm) and n.weight is None for _, n in norms):
+            if not all(_is_affine_free_layer_norm(n) for _, n in norms):
                 continue  # not the block this was written for: left as it is
             eps = norms[0][1].eps
             for name, norm in norms:
                 self._norms.append((block, name, norm))
                 setattr(block, name, NormInModulation(norm))
             block._modulate = _modulate_under_contract(eps, block._modulate)
+        # The output's AdaLayerNormContinuous, where it is the affine-free LayerNorm the
+        # model builds: its forward becomes one adaln_modulation call.
+        from diffusers.models.normalization import AdaLayerNormContinuous
+
+        norm_out = getattr(model, "norm_out", None)
+        self._norm_out = None
+        if (isinstance(norm_out, AdaLayerNormContinuous)
+                and _is_affine_free_layer_norm(getattr(norm_out, "norm", None))):
+            norm_out.forward = _continuous_under_contract(norm_out)
+            self._norm_out = norm_out
         self._mode = batch_invariant()
         self._mode.__enter__()
         self._active = True
@@ -255,6 +282,8 @@ class ContractSwitch:
         for block, name, norm in self._norms:
             setattr(block, name, norm)
             block.__dict__.pop("_modulate", None)
+        if self._norm_out is not None:
+            self._norm_out.__dict__.pop("forward", None)
         self._mode.__exit__(None, None, None)
 
     def __enter__(self) -> "ContractSwitch":
@@ -271,9 +300,10 @@ def under_contract(model) -> ContractSwitch:
     batch-invariant mode (``kernel_align.batch_invariant``) runs every Linear under the
     contract's tree, so a sample's bytes do not depend on its batch or on how far its
     prompt is padded; every block's LayerNorm and modulation is one ``adaln_modulation``
-    call (its norms stand aside: ``NormInModulation``). The gated residuals, the
-    embeddings and ``norm_out`` are still torch's (issue 32; elementwise or per-row on the
-    CPU). Returns the switch; ``restore()`` or
+    call (its norms stand aside: ``NormInModulation``), as is the output's ``norm_out``
+    (``AdaLayerNormContinuous``). The gated residuals (whose forward is already the bytes
+    of ``adaln_gate_residual``'s diffusers mode) and the embeddings are still torch's
+    (issue 32). Returns the switch; ``restore()`` or
     ``with under_contract(model): ...`` undoes it.
 
     Raises:

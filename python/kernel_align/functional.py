@@ -59,6 +59,7 @@ def check_out(op: str, out_dtype: torch.dtype | None, **outputs: torch.Tensor) -
                              f"{name}'s dtype {tensor.dtype}, found {out_dtype}")
 
 __all__ = [
+    "adaln_gate_residual",
     "adaln_modulation",
     "attention",
     "linear",
@@ -463,3 +464,39 @@ def adaln_modulation(
     op = "adaln_modulation"
     check_tensors(op, x=x, scale=scale, shift=shift)
     return ops.adaln_modulation(x, scale, shift, as_float(op, "eps", eps), as_str(op, "mode", mode))
+
+
+def adaln_gate_residual(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    mode: str = "diffusers",
+) -> torch.Tensor:
+    """``x + gate * y``: a Qwen-Image block's gated residual (``hidden_states + gate *
+    attn_output`` and the MLP's), under the contract (docs/contract.md section 13):
+    elementwise, so a token's bytes depend on its own elements and its sample's gate alone.
+    Differentiable in x, gate and y (first order): x's gradient is the upstream gradient,
+    y's is ``gate * dout``, and the gate's sums ``dout * y`` over a sample's tokens in
+    fixed blocks of 256 (per sample, so batch-invariant; torch's sum over the broadcast dim
+    is not fixed).
+
+    Args:
+        x, y: ``[B, S, D]``, fp32, bf16 or fp16, any strides; D from 1 to 4096.
+        gate: ``[B, D]`` or ``[B, 1, D]`` (a sample's gate chunk).
+        mode: "diffusers" rounds ``gate * y`` to x's dtype before the add, as torch computes
+            it in the model's dtype (the same bytes as diffusers' expression); "single"
+            rounds once, at the output.
+
+    Returns:
+        A new tensor of x's shape and dtype.
+
+    Raises:
+        TypeError: an argument that is not a dense tensor or of a dtype the library lacks.
+        ValueError: x not 3-D, y not of x's shape, gate not of x's B and D, an empty
+            tensor, a bad mode, tensors on two devices or not on a supported device.
+        NotImplementedError: a double backward through this op.
+    """
+    op = "adaln_gate_residual"
+    check_tensors(op, x=x, gate=gate, y=y)
+    return ops.adaln_gate_residual(x, gate, y, as_str(op, "mode", mode))

@@ -36,6 +36,10 @@ constexpr OpDescriptor kDescriptors[] = {
      .option_list = {kMode, kEps},
      .option_count = 2,
      .op = OpType::AdaLnModulation},
+    {.reduction_tree = "token-blocks-256",
+     .option_list = {kMode},
+     .option_count = 1,
+     .op = OpType::AdaLnGateResidual},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

@@ -10,6 +10,7 @@
 
 #include "api/adaln_problem.hpp"
 #include "api/attention_problem.hpp"
+#include "api/gate_residual_problem.hpp"
 #include "api/gemm_problem.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
@@ -211,6 +212,8 @@ KERNEL_ALIGN_PROBLEM(Attention, Forward, AttentionProblem)
 KERNEL_ALIGN_PROBLEM(Attention, Backward, AttentionBackwardProblem)
 KERNEL_ALIGN_PROBLEM(AdaLnModulation, Forward, AdaLnProblem)
 KERNEL_ALIGN_PROBLEM(AdaLnModulation, Backward, AdaLnBackwardProblem)
+KERNEL_ALIGN_PROBLEM(AdaLnGateResidual, Forward, GateResidualProblem)
+KERNEL_ALIGN_PROBLEM(AdaLnGateResidual, Backward, GateResidualBackwardProblem)
 #undef KERNEL_ALIGN_PROBLEM
 template <OpType op, Direction d>
 using Problem = typename ProblemOf<op, d>::type;

@@ -15,6 +15,7 @@
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/rmsnorm.hpp"
 #include "kernel_align/runtime.hpp"
+#include "reference/token_sums.hpp"
 #include "registry/registry.hpp"
 
 namespace kernel_align::cpu {
@@ -88,6 +89,23 @@ void for_dw_blocks(std::int64_t rows, int d, const TensorView& dw, registry::Exe
     for (std::int64_t b = 0; b < block_count; ++b) total = contract::add(total, base[b * d + i]);
     contract::store_output(dw.dtype, dw.data, i * dw.strides[0], total);
   }
+}
+
+// run_tasks of reference::sum_over_tokens on the pool: the tasks of `sums` (a sample's
+// block of tokens each), noted in exec as one pass whose ranges are the tasks' rows.
+inline auto token_sum_tasks(registry::Execution& exec, const reference::TokenSums& sums) {
+  return [&exec, sums](std::int64_t tasks, const auto& task) {
+    const int threads = static_cast<int>(
+        std::min<std::int64_t>(threads_for(sums.batch * sums.seq, sums.dim), tasks));
+    record_pass(exec, threads, tasks, [&](std::int64_t t) {
+      const std::int64_t first_row = sums.sample(t) * sums.seq;
+      return RowRange{first_row + sums.begin(t), first_row + sums.end(t)};
+    });
+    ThreadPool::instance().run(threads, tasks, [&](std::int64_t t) {
+      const detail::ContractFloatEnvironment env;
+      task(t);
+    });
+  };
 }
 
 // The selected path's row kernels, noted in exec.

@@ -237,4 +237,32 @@ detail::AdaLnBackwardProblem rebased(const detail::AdaLnBackwardProblem& p, Mirr
   return r;
 }
 
+template <class Mirror>
+detail::GateResidualProblem rebased(const detail::GateResidualProblem& p, Mirror& m) {
+  detail::GateResidualProblem r = p;
+  const auto move = [&](auto t, bool output) {
+    return rebased_adaln_tensor(m, t, p.batch, p.seq, p.dim, output);
+  };
+  r.x = move(p.x, false);
+  r.gate = move(p.gate, false);
+  r.y = move(p.y, false);
+  r.out = move(p.out, true);
+  return r;
+}
+
+template <class Mirror>
+detail::GateResidualBackwardProblem rebased(const detail::GateResidualBackwardProblem& p,
+                                            Mirror& m) {
+  detail::GateResidualBackwardProblem r = p;
+  const auto move = [&](auto t, bool output) {
+    return rebased_adaln_tensor(m, t, p.batch, p.seq, p.dim, output);
+  };
+  r.gate = move(p.gate, false);
+  r.y = move(p.y, false);
+  r.dout = move(p.dout, false);
+  r.dy = move(p.dy, true);
+  r.dgate = move(p.dgate, true);
+  return r;
+}
+
 }  // namespace kernel_align::cuda

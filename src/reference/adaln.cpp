@@ -1,49 +1,12 @@
 #include "reference/adaln.hpp"
 #include "reference/kernels.hpp"
+#include "reference/strided_rows.hpp"
 
 #include "kernel_align/contract/adaln.hpp"
 #include "kernel_align/contract/convert.hpp"
-#include "kernel_align/contract/rmsnorm.hpp"  // the dw partition, shared by the token sums
 
 namespace kernel_align::reference {
 namespace {
-
-// Row (b, s) of `t` (D elements) widened to fp32 into out[0..D): one switch on the dtype
-// a row, not one an element.
-template <class Tensor>
-void load_row(const Tensor& t, std::int64_t b, std::int64_t s, int d, float* out) {
-  const std::int64_t base = t.offset(b, s, 0);
-  const std::int64_t step = t.strides[2];
-  switch (t.dtype) {
-    case DType::BF16: {
-      const auto* p = static_cast<const std::uint16_t*>(t.data) + base;
-      for (int i = 0; i < d; ++i) out[i] = contract::bf16_to_f32(p[i * step]);
-      return;
-    }
-    case DType::F16: {
-      const auto* p = static_cast<const std::uint16_t*>(t.data) + base;
-      for (int i = 0; i < d; ++i) out[i] = contract::f16_to_f32(p[i * step]);
-      return;
-    }
-    default:
-      for (int i = 0; i < d; ++i) out[i] = contract::load_f32(t.dtype, t.data, base + i * step);
-      return;
-  }
-}
-
-// values[0..D) stored (store_output) into row (b, s) of `t`.
-void store_row(const detail::AdaLnOutput& t, std::int64_t b, std::int64_t s, int d,
-               const float* values) {
-  const std::int64_t base = t.offset(b, s, 0);
-  const std::int64_t step = t.strides[2];
-  if (t.dtype == DType::F32) {
-    float* p = static_cast<float*>(t.data) + base;
-    for (int i = 0; i < d; ++i) p[i * step] = contract::stored_f32(values[i]);
-  } else {
-    std::uint16_t* p = static_cast<std::uint16_t*>(t.data) + base;
-    for (int i = 0; i < d; ++i) p[i * step] = contract::stored_bits16(t.dtype, values[i]);
-  }
-}
 
 // A row's working arrays of D floats each, kept per thread.
 struct RowScratch {
@@ -91,19 +54,18 @@ void adaln_forward_rows(const detail::AdaLnProblem& p, std::int64_t begin, std::
   }
 }
 
-std::int64_t adaln_token_blocks(const detail::AdaLnBackwardProblem& p) {
-  return contract::dw_block_count(p.seq);
+TokenSums adaln_token_sums_of(const detail::AdaLnBackwardProblem& p) {
+  const int outputs = (p.dscale.data != nullptr ? 1 : 0) + (p.dshift.data != nullptr ? 1 : 0);
+  return {p.batch, p.seq, p.dim, outputs};
 }
 
-void adaln_token_block_sums(const detail::AdaLnBackwardProblem& p, std::int64_t b,
-                            std::int64_t block, float* dscale_part, float* dshift_part) {
+void adaln_token_block_sum(const detail::AdaLnBackwardProblem& p, std::int64_t b,
+                           std::int64_t begin, std::int64_t end, float* const* parts) {
   RowScratch& w = scratch(p.dim);
-  for (int i = 0; i < p.dim; ++i) {
-    if (dscale_part != nullptr) dscale_part[i] = 0.0f;
-    if (dshift_part != nullptr) dshift_part[i] = 0.0f;
-  }
-  const std::int64_t end = contract::dw_block_end(p.seq, block);
-  for (std::int64_t s = contract::dw_block_begin(p.seq, block); s < end; ++s) {
+  const bool scale = p.dscale.data != nullptr;
+  float* const dscale_part = scale ? parts[0] : nullptr;
+  float* const dshift_part = p.dshift.data != nullptr ? parts[scale ? 1 : 0] : nullptr;
+  for (std::int64_t s = begin; s < end; ++s) {
     load_row(p.dy, b, s, p.dim, w.b.data());
     if (dscale_part != nullptr) {
       load_row(p.x, b, s, p.dim, w.x.data());
@@ -121,19 +83,10 @@ void adaln_token_block_sums(const detail::AdaLnBackwardProblem& p, std::int64_t 
   }
 }
 
-void adaln_combine_blocks(const detail::AdaLnBackwardProblem& p, std::int64_t b,
-                          const float* dscale_parts, const float* dshift_parts) {
-  const std::int64_t blocks = adaln_token_blocks(p);
-  const auto combine = [&](const detail::AdaLnOutput& out, const float* parts) {
-    if (parts == nullptr) return;
-    for (int i = 0; i < p.dim; ++i) {
-      float total = 0.0f;
-      for (std::int64_t k = 0; k < blocks; ++k) total = contract::add(total, parts[k * p.dim + i]);
-      contract::store_output(out.dtype, out.data, out.offset(b, 0, i), total);
-    }
-  };
-  combine(p.dscale, dscale_parts);
-  combine(p.dshift, dshift_parts);
+void adaln_store_token_sum(const detail::AdaLnBackwardProblem& p, std::int64_t b, int output, int i,
+                           float total) {
+  const detail::AdaLnOutput& out = output == 0 && p.dscale.data != nullptr ? p.dscale : p.dshift;
+  contract::store_output(out.dtype, out.data, out.offset(b, 0, i), total);
 }
 
 void adaln_backward_rows(const detail::AdaLnBackwardProblem& p, std::int64_t begin,
@@ -170,22 +123,8 @@ void adaln_forward(const detail::AdaLnProblem& p) {
 }
 
 void adaln_backward(const detail::AdaLnBackwardProblem& p) {
-  const bool scale = p.dscale.data != nullptr;
-  const bool shift = p.dshift.data != nullptr;
-  if (scale || shift) {
-    const std::int64_t blocks = adaln_token_blocks(p);
-    const auto size = static_cast<std::size_t>(blocks * p.dim);
-    std::vector<float> dscale_parts(scale ? size : 0);
-    std::vector<float> dshift_parts(shift ? size : 0);
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      for (std::int64_t k = 0; k < blocks; ++k) {
-        adaln_token_block_sums(p, b, k, scale ? &dscale_parts[k * p.dim] : nullptr,
-                               shift ? &dshift_parts[k * p.dim] : nullptr);
-      }
-      adaln_combine_blocks(p, b, scale ? dscale_parts.data() : nullptr,
-                           shift ? dshift_parts.data() : nullptr);
-    }
-  }
+  std::vector<float> scratch;
+  adaln_token_sums(p, scratch, run_in_order);
   adaln_backward_rows(p, 0, p.batch * p.seq);
 }
 

@@ -8,25 +8,38 @@
 #include <vector>
 
 #include "api/problems.hpp"
+#include "reference/token_sums.hpp"
 
 namespace kernel_align::reference {
 
 // Rows [begin, end) of the B * S tokens (b = r / S, s = r % S) of y.
 void adaln_forward_rows(const detail::AdaLnProblem& p, std::int64_t begin, std::int64_t end);
 
-// The token blocks of the sums over a sample's tokens (dscale, dshift): contract::
-// dw_block_count(S) blocks of kDwBlockRows consecutive tokens.
-std::int64_t adaln_token_blocks(const detail::AdaLnBackwardProblem& p);
+// The sums over each sample's tokens that the call asks for (dscale, then dshift: the
+// outputs of TokenSums in that order). A block's sums of dy * n' and of dy over its tokens
+// (token_sums.hpp's block_sum), and the store of a sample's sum.
+TokenSums adaln_token_sums_of(const detail::AdaLnBackwardProblem& p);
+void adaln_token_block_sum(const detail::AdaLnBackwardProblem& p, std::int64_t b,
+                           std::int64_t begin, std::int64_t end, float* const* parts);
+void adaln_store_token_sum(const detail::AdaLnBackwardProblem& p, std::int64_t b, int output, int i,
+                           float total);
 
-// Block `block` of sample b: sums of dy * n' and of dy over its tokens in token order from
-// +0, into parts [D] each (the ones the call asks for).
-void adaln_token_block_sums(const detail::AdaLnBackwardProblem& p, std::int64_t b,
-                            std::int64_t block, float* dscale_part, float* dshift_part);
-
-// Sample b's dscale and dshift from its blocks' sums ([blocks][D] each), added in block
-// order from +0.
-void adaln_combine_blocks(const detail::AdaLnBackwardProblem& p, std::int64_t b,
-                          const float* dscale_parts, const float* dshift_parts);
+// dscale and dshift (those the call asks for; nothing without either), the tasks run by
+// run_tasks (token_sums.hpp).
+template <class RunTasks>
+void adaln_token_sums(const detail::AdaLnBackwardProblem& p, std::vector<float>& scratch,
+                      const RunTasks& run_tasks) {
+  const TokenSums sums = adaln_token_sums_of(p);
+  if (sums.outputs == 0) return;
+  sum_over_tokens(
+      sums, scratch, run_tasks,
+      [&](std::int64_t b, std::int64_t begin, std::int64_t end, float* const* parts) {
+        adaln_token_block_sum(p, b, begin, end, parts);
+      },
+      [&](std::int64_t b, int output, int i, float total) {
+        adaln_store_token_sum(p, b, output, i, total);
+      });
+}
 
 // Rows [begin, end) of dx. Runs after every token block (dx may be x or dy).
 void adaln_backward_rows(const detail::AdaLnBackwardProblem& p, std::int64_t begin,

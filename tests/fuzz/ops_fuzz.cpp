@@ -2,7 +2,8 @@
 // the input, all pointing into one arena: shapes (small, or near integer overflow),
 // strides (any: zero, overlapping, huge), dtypes, layouts, modes, pairings, eps,
 // text_len, linear's activations and optional gradients, attention's masks and layouts,
-// adaln_modulation's modulations ([B, D] or [B, 1, D]) and optional gradients, bool
+// adaln_modulation's and adaln_gate_residual's modulations ([B, D] or [B, 1, D]) and optional
+// gradients, bool
 // tensors where numbers belong, outputs in place or anywhere (overlapping
 // inputs and each other, or beside them with the same strides: byte ranges that interleave, with or
 // without a common element), pointers off their dtype's alignment. The validation must accept a
@@ -24,6 +25,7 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include "api/ops/adaln_gate_residual.hpp"
 #include "api/ops/adaln_modulation.hpp"
 #include "api/ops/attention.hpp"
 #include "api/ops/linear.hpp"
@@ -186,13 +188,13 @@ struct Call {
 Call decode(FuzzedDataProvider& f, Arena& arena) {
   Decoder in(f, arena);
   Call call;
-  const int op = f.ConsumeIntegralInRange<int>(0, 11);
+  const int op = f.ConsumeIntegralInRange<int>(0, 13);
   const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
   const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
   const auto add = [&](const auto& v) {
     if (v) call.views.push_back(*v);
   };
-  if (op >= 10) {  // adaln_modulation
+  if (op >= 10) {  // adaln_modulation, adaln_gate_residual
     const std::int64_t shape[3] = {in.dim(3), in.dim(9), in.dim(40)};
     const TensorView x = in.view(in.dtype(), 3, shape);
     // A sample's modulation, [B, D] or [B, 1, D] (or, as the dims are fuzzed, neither).
@@ -202,6 +204,27 @@ Call decode(FuzzedDataProvider& f, Arena& arena) {
       return unsqueezed ? in.view(in.dtype(), 3, modulation_shape)
                         : in.view(in.dtype(), 2, std::array{shape[0], shape[2]}.data());
     };
+    if (op >= 12) {
+      const GateResidualOptions options{in.mode()};
+      const TensorView gate = modulation();
+      const TensorView y = in.same_shape(in.dtype(), x);
+      if (op == 12) {
+        const TensorView out = in.coin() ? (in.coin() ? x : y) : in.same_shape(in.dtype(), x);
+        call.views = {x, gate, y, out};
+        call.run = [=] { adaln_gate_residual_forward(x, gate, y, out, options); };
+        call.validate = [=] { detail::gate_residual_forward_call(x, gate, y, out, options); };
+        return call;
+      }
+      // x is dout here.
+      const TensorView dy = in.coin() ? (in.coin() ? x : y) : in.same_shape(in.dtype(), x);
+      std::optional<TensorView> dgate;
+      if (in.coin()) dgate = modulation();
+      call.views = {gate, y, x, dy};
+      add(dgate);
+      call.run = [=] { adaln_gate_residual_backward(gate, y, x, dy, dgate, options); };
+      call.validate = [=] { detail::gate_residual_backward_call(gate, y, x, dy, dgate, options); };
+      return call;
+    }
     const TensorView scale = modulation();
     const AdaLnOptions options{in.eps(), in.mode()};
     if (op == 10) {

@@ -215,6 +215,24 @@ def test_processor_trains():
         assert_close(o / scale, t / scale, "reduction_gradient")
 
 
+def test_under_contract_norm_out_is_one_adaln_modulation_call():
+    """The output's AdaLayerNormContinuous under the switch: adaln_modulation of its input
+    with the (scale, shift) chunks of its linear(silu(temb)), close to diffusers' own."""
+    model = small_transformer(torch.bfloat16)
+    g = torch.Generator().manual_seed(7)
+    dim = model.inner_dim
+    x = torch.randn(2, 16, dim, generator=g).to(torch.bfloat16)
+    temb = torch.randn(2, dim, generator=g).to(torch.bfloat16)
+    with torch.no_grad():
+        theirs = model.norm_out(x, temb)
+        with under_contract(model):
+            ours = model.norm_out(x, temb)
+            emb = model.norm_out.linear(torch.nn.functional.silu(temb))
+        scale, shift = emb.chunk(2, dim=1)
+        assert_bitwise(ours, ka.adaln_modulation(x, scale, shift, eps=model.norm_out.norm.eps))
+        assert_close(ours, theirs, "reduction_forward")
+
+
 def test_under_contract_switches_the_model_and_restores_it():
     """The switch sets our processor on every attention and the batch-invariant mode;
     restore() (or the end of its with block) puts the model's processors back and ends the
@@ -230,6 +248,8 @@ def test_under_contract_switches_the_model_and_restores_it():
             assert all(isinstance(getattr(block, n), NormInModulation)
                        for n in ("img_norm1", "img_norm2", "txt_norm1", "txt_norm2"))
             assert "_modulate" in block.__dict__
+        # norm_out: one adaln_modulation call of its LayerNorm and (scale, shift) chunks.
+        assert "forward" in model.norm_out.__dict__
         g = torch.Generator().manual_seed(5)
         hidden = torch.randn(2, 16, 16, generator=g).to(torch.bfloat16)
         text = torch.randn(2, 12, 32, generator=g).to(torch.bfloat16)
@@ -249,6 +269,7 @@ def test_under_contract_switches_the_model_and_restores_it():
     for block in model.transformer_blocks:
         assert isinstance(block.img_norm1, torch.nn.LayerNorm)
         assert "_modulate" not in block.__dict__
+    assert "forward" not in model.norm_out.__dict__
     switch.restore()  # idempotent
     with pytest.raises(TypeError, match="argument 'model': expected a diffusers "
                                         "QwenImageTransformer2DModel"):

@@ -11,13 +11,7 @@
 namespace kernel_align {
 namespace detail {
 
-namespace {
-
-constexpr std::string_view kTokensRank = "rank 3 ([B, S, D])";
-constexpr std::string_view kModulationRank = "rank 2 or 3 ([B, D] or [B, 1, D])";
-
-// x of adaln_modulation (or a tensor of its shape): its D.
-int check_adaln_tokens(const char* name, const ConstTensorView& t) {
+int check_tokens(const char* name, const ConstTensorView& t) {
   check_view(name, t, 3, 3, {kTokensRank});
   const std::int64_t d = t.shape[2];
   if (d < 1 || d > kMaxHeadDim) {
@@ -27,29 +21,22 @@ int check_adaln_tokens(const char* name, const ConstTensorView& t) {
   return static_cast<int>(d);
 }
 
-// A sample's modulation: [B, D] or [B, 1, D] with x's B and D.
-void check_modulation(const char* name, const ConstTensorView& t, const ConstTensorView& x) {
+void check_modulation(const char* name, const ConstTensorView& t, const char* tokens_name,
+                      const ConstTensorView& tokens) {
   check_view(name, t, 2, 3, {kModulationRank});
-  const bool ok = t.shape[0] == x.shape[0] && t.shape[t.rank - 1] == x.shape[2] &&
+  const bool ok = t.shape[0] == tokens.shape[0] && t.shape[t.rank - 1] == tokens.shape[2] &&
                   (t.rank == 2 || t.shape[1] == 1);
   if (!ok) {
-    const std::string b = std::to_string(x.shape[0]);
-    const std::string d = std::to_string(x.shape[2]);
-    throw Error(name, "shape [" + b + ", " + d + "] or [" + b + ", 1, " + d + "] (B and D of x)",
+    const std::string b = std::to_string(tokens.shape[0]);
+    const std::string d = std::to_string(tokens.shape[2]);
+    throw Error(name,
+                "shape [" + b + ", " + d + "] or [" + b + ", 1, " + d + "] (B and D of " +
+                    tokens_name + ")",
                 "shape " + shape_string(t));
   }
 }
 
-template <class Pointer, class View>
-Strided3<Pointer> tokens_of(const View& v) {
-  return {v.data, v.dtype, {v.strides[0], v.strides[1], v.strides[2]}};
-}
-
-// A [B, D] or [B, 1, D] view as [B, S, D] whose every token reads (or writes) the sample's row.
-template <class Pointer, class View>
-Strided3<Pointer> modulation_of(const View& v) {
-  return {v.data, v.dtype, {v.strides[0], 0, v.strides[v.rank - 1]}};
-}
+namespace {
 
 CallRecord adaln_record(Direction direction, const AdaLnOptions& options, DType output_dtype) {
   CallRecord record = record_of(OpType::AdaLnModulation, direction, output_dtype);
@@ -63,9 +50,9 @@ CallRecord adaln_record(Direction direction, const AdaLnOptions& options, DType 
 Call<AdaLnProblem> adaln_forward_call(const ConstTensorView& x, const ConstTensorView& scale,
                                       const ConstTensorView& shift, const TensorView& y,
                                       const AdaLnOptions& options) {
-  const int d = check_adaln_tokens("x", x);
-  check_modulation("scale", scale, x);
-  check_modulation("shift", shift, x);
+  const int d = check_tokens("x", x);
+  check_modulation("scale", scale, "x", x);
+  check_modulation("shift", shift, "x", x);
   check_view("y", y, 3, 3, {kTokensRank});
   check_same_shape("y", y, "x", x);
   Call<AdaLnProblem> call{adaln_record(Direction::Forward, options, y.dtype), {}};
@@ -94,8 +81,8 @@ Call<AdaLnBackwardProblem> adaln_backward_call(const ConstTensorView& x,
                                                const std::optional<TensorView>& dscale,
                                                const std::optional<TensorView>& dshift,
                                                const AdaLnOptions& options) {
-  const int d = check_adaln_tokens("x", x);
-  check_modulation("scale", scale, x);
+  const int d = check_tokens("x", x);
+  check_modulation("scale", scale, "x", x);
   check_view("dy", dy, 3, 3, {kTokensRank});
   check_same_shape("dy", dy, "x", x);
   check_view("dx", dx, 3, 3, {kTokensRank});

@@ -1,0 +1,116 @@
+// adaln_gate_residual: x, y [B, S, D], gate [B, D] or [B, 1, D]. Its validator (each
+// argument checked and named, the call's tensors listed once for the aliasing rule) and
+// its public functions (kernel_align/ops.hpp).
+#include "api/ops/adaln_gate_residual.hpp"
+
+#include "api/ops/adaln_modulation.hpp"  // the token and modulation checks
+#include "api/run.hpp"
+#include "api/validate.hpp"
+#include "kernel_align/error.hpp"
+#include "kernel_align/ops.hpp"
+
+namespace kernel_align {
+namespace detail {
+namespace {
+
+CallRecord gate_residual_record(Direction direction, const GateResidualOptions& options,
+                                DType output_dtype) {
+  CallRecord record = record_of(OpType::AdaLnGateResidual, direction, output_dtype);
+  add_option(record, choice("mode", norm_mode_name(options.mode)));
+  return record;
+}
+
+// A tensor of the tokens' shape: rank 3, the shape of `reference`.
+void check_like(const char* name, const ConstTensorView& t, const char* reference_name,
+                const ConstTensorView& reference) {
+  check_view(name, t, 3, 3, {kTokensRank});
+  check_same_shape(name, t, reference_name, reference);
+}
+
+}  // namespace
+
+Call<GateResidualProblem> gate_residual_forward_call(const ConstTensorView& x,
+                                                     const ConstTensorView& gate,
+                                                     const ConstTensorView& y,
+                                                     const TensorView& out,
+                                                     const GateResidualOptions& options) {
+  const int d = check_tokens("x", x);
+  check_modulation("gate", gate, "x", x);
+  check_like("y", y, "x", x);
+  check_like("out", out, "x", x);
+  Call<GateResidualProblem> call{gate_residual_record(Direction::Forward, options, out.dtype), {}};
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input("x", x));
+  tensors.push_back(input("gate", gate));
+  tensors.push_back(input("y", y));
+  // Elementwise: each element of out is written after its x and y elements are read.
+  tensors.push_back(output("out", out, {"x", "y"}));
+  check_call(call.record);
+  call.problem = {x.shape[0],
+                  x.shape[1],
+                  d,
+                  options.mode,
+                  tokens_of<const void*>(x),
+                  modulation_of<const void*>(gate),
+                  tokens_of<const void*>(y),
+                  tokens_of<void*>(out)};
+  return call;
+}
+
+Call<GateResidualBackwardProblem> gate_residual_backward_call(
+    const ConstTensorView& gate, const ConstTensorView& y, const ConstTensorView& dout,
+    const TensorView& dy, const std::optional<TensorView>& dgate,
+    const GateResidualOptions& options) {
+  const int d = check_tokens("y", y);
+  check_modulation("gate", gate, "y", y);
+  check_like("dout", dout, "y", y);
+  check_like("dy", dy, "y", y);
+  if (dgate) {
+    check_view("dgate", *dgate, 2, 3, {kModulationRank});
+    check_same_shape("dgate", *dgate, "gate", gate);
+  }
+  Call<GateResidualBackwardProblem> call{
+      gate_residual_record(Direction::Backward, options, dy.dtype), {}};
+  if (dgate) record_dw_blocks(call.record);
+  TensorArgs& tensors = call.record.tensors;
+  tensors.push_back(input("gate", gate));
+  tensors.push_back(input("y", y));
+  tensors.push_back(input("dout", dout));
+  // dy is written after every read of y and dout (dgate's sums over tokens come first).
+  tensors.push_back(output("dy", dy, {"dout", "y"}));
+  if (dgate) tensors.push_back(output("dgate", *dgate));
+  check_call(call.record);
+  const AdaLnOutput none{nullptr, dy.dtype, {0, 0, 0}};
+  call.problem = {y.shape[0],
+                  y.shape[1],
+                  d,
+                  options.mode,
+                  modulation_of<const void*>(gate),
+                  tokens_of<const void*>(y),
+                  tokens_of<const void*>(dout),
+                  tokens_of<void*>(dy),
+                  dgate ? modulation_of<void*>(*dgate) : none};
+  return call;
+}
+
+}  // namespace detail
+
+void adaln_gate_residual_forward(const ConstTensorView& x, const ConstTensorView& gate,
+                                 const ConstTensorView& y, const TensorView& out,
+                                 const GateResidualOptions& options,
+                                 const ExecutionContext& context) {
+  detail::run<OpType::AdaLnGateResidual, Direction::Forward>(
+      context, [&] { return detail::gate_residual_forward_call(x, gate, y, out, options); });
+}
+
+void adaln_gate_residual_backward(const ConstTensorView& gate, const ConstTensorView& y,
+                                  const ConstTensorView& dout, const TensorView& dy,
+                                  const std::optional<TensorView>& dgate,
+                                  const GateResidualOptions& options,
+                                  const ExecutionContext& context) {
+  detail::run<OpType::AdaLnGateResidual, Direction::Backward>(context, [&] {
+    return detail::gate_residual_backward_call(gate, y, dout, dy, dgate, options);
+  });
+}
+
+}  // namespace kernel_align
