@@ -36,4 +36,25 @@ RopeTables build_rope_tables(const std::int32_t* positions, std::int64_t rows,
 // or theta (finite, > 0).
 float rope_inverse_frequency(int i, int dim, float theta);
 
+// The sinusoidal timestep embedding of diffusers' `Timesteps` (get_timestep_embedding),
+// Qwen-Image's by default (256 channels, cos first, no frequency shift, scale 1000).
+struct TimestepEmbeddingSpec {
+  int channels = 256;                 // even, 2 to 4096 (Error "spec.channels")
+  bool flip_sin_to_cos = true;        // the cos half first
+  float downscale_freq_shift = 0.0f;  // channels/2 - shift > 0 (Error "spec.downscale_freq_shift")
+  float scale = 1000.0f;              // finite (Error "spec.scale")
+  float max_period = 10000.0f;        // finite and > 0 (Error "spec.max_period")
+};
+
+// [n, channels] fp32, row-major: row r the embedding of timesteps[r]. With h =
+// channels/2, column i < h of the sin half (and of the cos half), as diffusers computes it
+// in fp32, every step rounded once to fp32, nearest-even (MPFR, no libm):
+//   l = ln(max_period) rounded to double, then to fp32 (torch's conversion of math.log);
+//   e = -l * i; e = e / fp32(h - shift); f = exp(e); a = t * f; a = fp32(scale) * a;
+//   sin(a), cos(a).
+// Row r is [cos | sin] with flip_sin_to_cos, else [sin | cos]. n: 1 to 2^31 - 1 (Error
+// "n"), timesteps not null (Error "timesteps") and finite (Error "timesteps[r]").
+std::vector<float> build_timestep_embedding(const float* timesteps, std::int64_t n,
+                                            const TimestepEmbeddingSpec& spec = {});
+
 }  // namespace kernel_align

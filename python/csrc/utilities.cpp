@@ -121,6 +121,42 @@ std::tuple<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions,
   });
 }
 
+// The spec's members are kernel_align.timestep_embedding's arguments.
+constexpr Rename kTimestepNames[] = {{"spec.channels", "channels"},
+                                     {"spec.downscale_freq_shift", "downscale_freq_shift"},
+                                     {"spec.scale", "scale"},
+                                     {"spec.max_period", "max_period"}};
+
+// fp32 [n, channels] of fp32 timesteps [n] (a CPU tensor; the Python wrapper moves it).
+at::Tensor timestep_embedding(const at::Tensor& timesteps, std::int64_t channels,
+                              bool flip_sin_to_cos, double downscale_freq_shift, double scale,
+                              double max_period) {
+  constexpr const char* op = "timestep_embedding";
+  return translate_errors(op, kTimestepNames, [&] {
+    if (timesteps.scalar_type() != at::kFloat || !timesteps.device().is_cpu() ||
+        timesteps.dim() != 1) {
+      throw Error("timesteps", "a 1-D fp32 CPU tensor [n]",
+                  std::string(c10::str(timesteps.scalar_type(), " ", timesteps.sizes(), " on ",
+                                       timesteps.device())));
+    }
+    if (channels < 1 || channels > kMaxHeadDim) {
+      throw Error("channels", "even and in [2, 4096]", std::to_string(channels));
+    }
+    TimestepEmbeddingSpec spec;
+    spec.channels = static_cast<int>(channels);
+    spec.flip_sin_to_cos = flip_sin_to_cos;
+    spec.downscale_freq_shift = fp32_option("downscale_freq_shift", downscale_freq_shift);
+    spec.scale = fp32_option("scale", scale);
+    spec.max_period = fp32_option("max_period", max_period);
+    const at::Tensor rows = timesteps.contiguous();
+    const std::vector<float> values =
+        build_timestep_embedding(rows.const_data_ptr<float>(), rows.size(0), spec);
+    at::Tensor out = at::empty({rows.size(0), channels}, at::TensorOptions().dtype(at::kFloat));
+    std::memcpy(out.mutable_data_ptr(), values.data(), values.size() * sizeof(float));
+    return out;
+  });
+}
+
 // The options of a module, checked when it is built by the rules the ops apply when
 // called (nothing runs, so nothing is traced): any that is given.
 void check_options(std::optional<std::int64_t> head_dim, std::optional<double> eps,
@@ -279,6 +315,10 @@ TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
         &ext::positions);
   m.def("rope_tables(Tensor positions, int[] axes_dim, float theta) -> (Tensor cos, Tensor sin)",
         &ext::rope_tables);
+  m.def(
+      "timestep_embedding(Tensor timesteps, int channels, bool flip_sin_to_cos, "
+      "float downscale_freq_shift, float scale, float max_period) -> Tensor",
+      &ext::timestep_embedding);
   m.def("check_options(int? head_dim, float? eps, str? norm_mode, str? pairing, str? layout) -> ()",
         &ext::check_options);
   m.def("has_cuda() -> bool", &ext::has_cuda);

@@ -12,7 +12,8 @@ Contents: the ops (every name of ``kernel_align.functional.__all__``: ``qk_rmsno
 batch-invariant mode for whole models (``batch_invariant``, ``set_batch_invariant``,
 ``patch_linear``: kernel_align.batch_invariant), their modules
 (``QkRmsNorm``, ``MultiAxisRope``: kernel_align.modules), positions and tables
-(``qwen_image_positions``, ``qwen_image_rope_positions``, ``rope_tables``:
+(``qwen_image_positions``, ``qwen_image_rope_positions``, ``rope_tables``,
+``timestep_embedding``:
 kernel_align.positions) and the runtime settings (``backends``, ``set_backend``,
 ``strict``, ``trace_to``, ``last_call``, ...: kernel_align.runtime).
 
@@ -43,7 +44,12 @@ from .batch_invariant import (
 from . import functional as _functional
 from .functional import *  # noqa: F403 (the ops, as functional.__all__ lists them)
 from .modules import MultiAxisRope, QkRmsNorm
-from .positions import qwen_image_positions, qwen_image_rope_positions, rope_tables
+from .positions import (
+    qwen_image_positions,
+    qwen_image_rope_positions,
+    rope_tables,
+    timestep_embedding,
+)
 from .runtime import (
     CallReport,
     backends,
@@ -77,6 +83,7 @@ __all__ = [
     "qwen_image_positions",
     "qwen_image_rope_positions",
     "rope_tables",
+    "timestep_embedding",
     "backends",
     "get_backend",
     "set_backend",

@@ -32,6 +32,7 @@ from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStream
 
 from . import functional
 from .batch_invariant import batch_invariant
+from .positions import timestep_embedding
 
 __all__ = ["KernelAlignQwenImageAttnProcessor", "under_contract", "ContractSwitch",
            "NormInModulation"]
@@ -231,6 +232,26 @@ def _continuous_under_contract(module):
     return forward
 
 
+def _timesteps_under_contract(module):
+    """``Timesteps.forward(timesteps)`` as ``kernel_align.timestep_embedding`` with the
+    module's configuration: diffusers' fp32 recipe, every step correctly rounded."""
+    def forward(timesteps):
+        return timestep_embedding(timesteps, module.num_channels,
+                                  flip_sin_to_cos=bool(module.flip_sin_to_cos),
+                                  downscale_freq_shift=module.downscale_freq_shift,
+                                  scale=module.scale)
+    return forward
+
+
+def _rms_norm_under_contract(module):
+    """A diffusers ``RMSNorm`` (with a weight) as one ``qk_rmsnorm`` call in its
+    ``diffusers`` mode: the norm's own roundings, the row's sum by the contract's tree."""
+    def forward(x):
+        return functional.qk_rmsnorm(x, module.weight, eps=module.eps, mode="diffusers",
+                                     out_dtype=_output_dtype(x.dtype, module.weight.dtype))
+    return forward
+
+
 def _is_affine_free_layer_norm(norm) -> bool:
     return isinstance(norm, torch.nn.LayerNorm) and norm.weight is None
 
@@ -243,8 +264,9 @@ class ContractSwitch:
     def __init__(self, model, processors):
         """Enters the batch-invariant mode for ``model``, whose previous attention
         processors ``processors`` (name -> processor) ``restore()`` sets back, and puts
-        every block's LayerNorm + modulation, and the output's ``norm_out``, under the
-        contract (``adaln_modulation``)."""
+        every block's LayerNorm + modulation, the output's ``norm_out`` (``adaln_modulation``),
+        the text path's ``txt_norm`` (``qk_rmsnorm``) and the timestep embedding
+        (``timestep_embedding``) under the contract."""
         self.model = model
         self._processors = processors
         self._norms = []  # (block, name, the LayerNorm)
@@ -257,16 +279,29 @@ class ContractSwitch:
                 self._norms.append((block, name, norm))
                 setattr(block, name, NormInModulation(norm))
             block._modulate = _modulate_under_contract(eps, block._modulate)
-        # The output's AdaLayerNormContinuous, where it is the affine-free LayerNorm the
-        # model builds: its forward becomes one adaln_modulation call.
         from diffusers.models.normalization import AdaLayerNormContinuous
 
+        from diffusers.models.embeddings import Timesteps
+
+        # Modules whose forward the switch replaced (an instance attribute, which restore()
+        # removes): the output's AdaLayerNormContinuous where it is the affine-free
+        # LayerNorm the model builds, the text path's RMSNorm and the timestep embedding's
+        # Timesteps.
+        self._forwards = []
         norm_out = getattr(model, "norm_out", None)
-        self._norm_out = None
         if (isinstance(norm_out, AdaLayerNormContinuous)
                 and _is_affine_free_layer_norm(getattr(norm_out, "norm", None))):
             norm_out.forward = _continuous_under_contract(norm_out)
-            self._norm_out = norm_out
+            self._forwards.append(norm_out)
+        txt_norm = getattr(model, "txt_norm", None)
+        if (isinstance(txt_norm, RMSNorm) and txt_norm.weight is not None
+                and getattr(txt_norm, "bias", None) is None):
+            txt_norm.forward = _rms_norm_under_contract(txt_norm)
+            self._forwards.append(txt_norm)
+        time_proj = getattr(getattr(model, "time_text_embed", None), "time_proj", None)
+        if isinstance(time_proj, Timesteps):
+            time_proj.forward = _timesteps_under_contract(time_proj)
+            self._forwards.append(time_proj)
         self._mode = batch_invariant()
         self._mode.__enter__()
         self._active = True
@@ -282,8 +317,8 @@ class ContractSwitch:
         for block, name, norm in self._norms:
             setattr(block, name, norm)
             block.__dict__.pop("_modulate", None)
-        if self._norm_out is not None:
-            self._norm_out.__dict__.pop("forward", None)
+        for module in self._forwards:
+            module.__dict__.pop("forward", None)
         self._mode.__exit__(None, None, None)
 
     def __enter__(self) -> "ContractSwitch":
@@ -301,9 +336,10 @@ def under_contract(model) -> ContractSwitch:
     contract's tree, so a sample's bytes do not depend on its batch or on how far its
     prompt is padded; every block's LayerNorm and modulation is one ``adaln_modulation``
     call (its norms stand aside: ``NormInModulation``), as is the output's ``norm_out``
-    (``AdaLayerNormContinuous``). The gated residuals (whose forward is already the bytes
-    of ``adaln_gate_residual``'s diffusers mode) and the embeddings are still torch's
-    (issue 32). Returns the switch; ``restore()`` or
+    (``AdaLayerNormContinuous``), and the timestep embedding's sinusoids are
+    ``timestep_embedding``'s (correctly rounded), and the text path's ``txt_norm`` is one
+    ``qk_rmsnorm`` call. The gated residuals (whose forward is already the bytes of
+    ``adaln_gate_residual``'s diffusers mode) are still torch's expression (issue 32). Returns the switch; ``restore()`` or
     ``with under_contract(model): ...`` undoes it.
 
     Raises:

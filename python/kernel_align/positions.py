@@ -1,8 +1,9 @@
-"""Token positions and RoPE tables: wrappers of the C++ builders (positions.hpp,
+"""Token positions, RoPE tables and the timestep embedding: wrappers of the C++ builders (positions.hpp,
 tables.hpp), so Python gets the same positions and the same correctly rounded (MPFR)
 tables as every other front end (docs/positions-and-tables.md).
 
-Everything here returns new CPU tensors; move the tables to the device of the tensors
+Everything here but ``timestep_embedding`` (which returns its result on the timesteps'
+device) returns new CPU tensors; move the tables to the device of the tensors
 they rotate (``cos.to(x.device)``). ``POSITION_AXES`` (3) is the number of columns of the
 positions built here: frame, height, width.
 """
@@ -15,7 +16,8 @@ import torch
 
 from ._ops import as_float, as_int, ops
 
-__all__ = ["qwen_image_positions", "qwen_image_rope_positions", "rope_tables", "POSITION_AXES"]
+__all__ = ["qwen_image_positions", "qwen_image_rope_positions", "rope_tables",
+           "timestep_embedding", "POSITION_AXES"]
 
 # Columns of the positions built here: (frame, height, width) (kPositionAxes, positions.hpp).
 POSITION_AXES = 3
@@ -141,3 +143,49 @@ def rope_tables(
     op = "rope_tables"
     return ops.rope_tables(positions, [as_int(op, "axes_dim", d) for d in axes_dim],
                            as_float(op, "theta", theta))
+
+
+def timestep_embedding(
+    timesteps: torch.Tensor,
+    channels: int = 256,
+    *,
+    flip_sin_to_cos: bool = True,
+    downscale_freq_shift: float = 0.0,
+    scale: float = 1000.0,
+    max_period: float = 10000.0,
+) -> torch.Tensor:
+    """diffusers' sinusoidal timestep embedding (``Timesteps``, ``get_timestep_embedding``;
+    Qwen-Image's by default: 256 channels, cos first, scale 1000) with every step of its
+    fp32 recipe correctly rounded (MPFR on the host), so a timestep's row is the same on
+    every machine and device and never depends on the batch.
+
+    Args:
+        timesteps: ``[n]``, any floating dtype and device (read as fp32; no gradient).
+        channels: even, 2 to 4096.
+        flip_sin_to_cos: the cos half first (diffusers' ``flip_sin_to_cos``).
+        downscale_freq_shift: the frequencies' ``h - shift`` divisor's shift (h =
+            channels/2); below h.
+        scale: the factor of ``t * f``; finite.
+        max_period: the period of the lowest frequency; finite, > 0.
+
+    Returns:
+        A new fp32 tensor ``[n, channels]`` on the timesteps' device.
+
+    Raises:
+        TypeError: timesteps not a tensor or not of a floating dtype; an option of the
+            wrong type.
+        ValueError: timesteps not 1-D, empty or not finite; a bad option.
+    """
+    op = "timestep_embedding"
+    if not isinstance(timesteps, torch.Tensor) or not timesteps.dtype.is_floating_point:
+        found = timesteps.dtype if isinstance(timesteps, torch.Tensor) else type(timesteps)
+        raise TypeError(f"kernel_align.{op}: argument 'timesteps': expected a floating-point "
+                        f"torch.Tensor, found {found}")
+    if not isinstance(flip_sin_to_cos, bool):
+        raise TypeError(f"kernel_align.{op}: argument 'flip_sin_to_cos': expected a bool, "
+                        f"found {type(flip_sin_to_cos).__name__}")
+    host = timesteps.detach().to("cpu", torch.float32)
+    out = ops.timestep_embedding(host, as_int(op, "channels", channels), flip_sin_to_cos,
+                                 as_float(op, "downscale_freq_shift", downscale_freq_shift),
+                                 as_float(op, "scale", scale), as_float(op, "max_period", max_period))
+    return out.to(timesteps.device)

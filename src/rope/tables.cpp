@@ -233,6 +233,51 @@ int check_spec(const RopeTableSpec& spec) {
   return head_dim;
 }
 
+// The timestep embedding's frequencies f_i, i < h (build_timestep_embedding).
+std::vector<Fp32Number> timestep_frequencies(const TimestepEmbeddingSpec& spec, int half) {
+  // ln(max_period) as Python's math.log gives it (a double), then as torch converts that
+  // scalar for an fp32 tensor.
+  mpfr_t log_double;
+  mpfr_init2(log_double, 53);
+  Fp32Number max_period;
+  max_period.set_finite(spec.max_period);
+  mpfr_log(log_double, max_period.get(), MPFR_RNDN);
+  Fp32Number log_period;
+  round_to_fp32(log_period, mpfr_set(log_period.get(), log_double, MPFR_RNDN));
+  mpfr_clear(log_double);
+  mpfr_neg(log_period.get(), log_period.get(), MPFR_RNDN);  // exact
+  Fp32Number divisor;
+  round_to_fp32(divisor, mpfr_set_d(divisor.get(),
+                                    static_cast<double>(half) -
+                                        static_cast<double>(spec.downscale_freq_shift),
+                                    MPFR_RNDN));
+  std::vector<Fp32Number> frequencies(static_cast<std::size_t>(half));
+  Fp32Number index;
+  Fp32Number exponent;
+  for (int i = 0; i < half; ++i) {
+    set_fp32_of_int(index, i);
+    fp32_mul(exponent, log_period, index);
+    fp32_div(exponent, exponent, divisor);
+    Fp32Number& f = frequencies[static_cast<std::size_t>(i)];
+    round_to_fp32(f, mpfr_exp(f.get(), exponent.get(), MPFR_RNDN));
+  }
+  return frequencies;
+}
+
+void check_timestep_spec(const TimestepEmbeddingSpec& spec) {
+  if (spec.channels < 2 || spec.channels > kMaxHeadDim || spec.channels % 2 != 0) {
+    throw Error("spec.channels", "even and in [2, 4096]", std::to_string(spec.channels));
+  }
+  if (!std::isfinite(spec.downscale_freq_shift) ||
+      !(static_cast<double>(spec.channels) / 2.0 - spec.downscale_freq_shift > 0.0)) {
+    throw Error("spec.downscale_freq_shift",
+                "a finite number below channels/2 = " + std::to_string(spec.channels / 2),
+                float_text(spec.downscale_freq_shift));
+  }
+  if (!std::isfinite(spec.scale)) throw Error("spec.scale", "finite", float_text(spec.scale));
+  check_theta("spec.max_period", spec.max_period);
+}
+
 }  // namespace
 
 RopeTables build_rope_tables(const std::int32_t* positions, std::int64_t rows,
@@ -274,6 +319,46 @@ float rope_inverse_frequency(int i, int dim, float theta) {
   Fp32Number inverse;
   compute_inverse_frequency(inverse, i, dim, theta_value);
   return inverse.to_float();
+}
+
+std::vector<float> build_timestep_embedding(const float* timesteps, std::int64_t n,
+                                            const TimestepEmbeddingSpec& spec) {
+  check_timestep_spec(spec);
+  if (n < 1 || n > kMaxRows) throw Error("n", "between 1 and 2147483647", std::to_string(n));
+  if (timesteps == nullptr) throw Error("timesteps", "a non-null pointer", "null");
+  for (std::int64_t r = 0; r < n; ++r) {
+    if (!std::isfinite(timesteps[r])) {
+      throw Error("timesteps[" + std::to_string(r) + "]", "a finite number",
+                  float_text(timesteps[r]));
+    }
+  }
+  const int half = spec.channels / 2;
+  const auto columns = static_cast<std::size_t>(spec.channels);
+  std::vector<float> embedding(static_cast<std::size_t>(n) * columns);
+
+  const Fp32ExponentRange fp32_range;
+  const std::vector<Fp32Number> frequencies = timestep_frequencies(spec, half);
+  Fp32Number scale;
+  scale.set_finite(spec.scale);
+  Fp32Number t;
+  Fp32Number angle;
+  Fp32Number sine;
+  Fp32Number cosine;
+  // Offsets of the two halves in a row.
+  const std::size_t sin_at = spec.flip_sin_to_cos ? static_cast<std::size_t>(half) : 0;
+  const std::size_t cos_at = spec.flip_sin_to_cos ? 0 : static_cast<std::size_t>(half);
+  for (std::int64_t r = 0; r < n; ++r) {
+    t.set_finite(timesteps[r]);
+    float* row = embedding.data() + static_cast<std::size_t>(r) * columns;
+    for (int i = 0; i < half; ++i) {
+      fp32_mul(angle, t, frequencies[static_cast<std::size_t>(i)]);
+      fp32_mul(angle, scale, angle);
+      fp32_sin_cos(sine, cosine, angle);
+      row[sin_at + static_cast<std::size_t>(i)] = sine.to_float();
+      row[cos_at + static_cast<std::size_t>(i)] = cosine.to_float();
+    }
+  }
+  return embedding;
 }
 
 }  // namespace kernel_align

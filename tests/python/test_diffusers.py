@@ -233,6 +233,37 @@ def test_under_contract_norm_out_is_one_adaln_modulation_call():
         assert_close(ours, theirs, "reduction_forward")
 
 
+def test_under_contract_timesteps_are_the_correctly_rounded_embedding():
+    """The timestep embedding's Timesteps under the switch: kernel_align.timestep_embedding
+    with the module's configuration, close to diffusers' own (torch's exp is not correctly
+    rounded at 3 of Qwen-Image's 128 frequencies, which moves those columns' arguments)."""
+    model = small_transformer(torch.bfloat16)
+    proj = model.time_text_embed.time_proj
+    t = torch.rand(6, generator=torch.Generator().manual_seed(3))
+    theirs = proj(t)
+    with under_contract(model):
+        ours = proj(t)
+    assert_bitwise(ours, ka.timestep_embedding(t))
+    assert ours.dtype == theirs.dtype == torch.float32 and ours.shape == theirs.shape
+    assert (ours - theirs).abs().max().item() < 1e-4
+
+
+def test_under_contract_txt_norm_is_one_qk_rmsnorm_call():
+    """The text path's RMSNorm under the switch: qk_rmsnorm in diffusers mode with its
+    weight and eps, close to diffusers' own (the row's sum by the contract's tree)."""
+    model = small_transformer(torch.bfloat16)
+    norm = model.txt_norm
+    x = torch.randn(2, 9, norm.weight.shape[0],
+                    generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+    with torch.no_grad():
+        theirs = norm(x)
+        with under_contract(model):
+            ours = norm(x)
+    assert ours.dtype == theirs.dtype
+    assert_bitwise(ours, ka.qk_rmsnorm(x, norm.weight, eps=norm.eps, mode="diffusers"))
+    assert_close(ours, theirs, "reduction_forward")
+
+
 def test_under_contract_switches_the_model_and_restores_it():
     """The switch sets our processor on every attention and the batch-invariant mode;
     restore() (or the end of its with block) puts the model's processors back and ends the
@@ -250,6 +281,8 @@ def test_under_contract_switches_the_model_and_restores_it():
             assert "_modulate" in block.__dict__
         # norm_out: one adaln_modulation call of its LayerNorm and (scale, shift) chunks.
         assert "forward" in model.norm_out.__dict__
+        assert "forward" in model.time_text_embed.time_proj.__dict__
+        assert "forward" in model.txt_norm.__dict__
         g = torch.Generator().manual_seed(5)
         hidden = torch.randn(2, 16, 16, generator=g).to(torch.bfloat16)
         text = torch.randn(2, 12, 32, generator=g).to(torch.bfloat16)
@@ -270,6 +303,8 @@ def test_under_contract_switches_the_model_and_restores_it():
         assert isinstance(block.img_norm1, torch.nn.LayerNorm)
         assert "_modulate" not in block.__dict__
     assert "forward" not in model.norm_out.__dict__
+    assert "forward" not in model.time_text_embed.time_proj.__dict__
+    assert "forward" not in model.txt_norm.__dict__
     switch.restore()  # idempotent
     with pytest.raises(TypeError, match="argument 'model': expected a diffusers "
                                         "QwenImageTransformer2DModel"):

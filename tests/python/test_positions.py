@@ -90,3 +90,38 @@ def test_modules(generator):
     loss = rope_module(norm(x), cos, sin).float().sum()
     loss.backward()
     assert norm.weight.grad is not None and norm.weight.grad.abs().sum() > 0
+
+
+def test_timestep_embedding_is_diffusers_recipe_correctly_rounded():
+    """kernel_align.timestep_embedding: diffusers' get_timestep_embedding (Qwen-Image's
+    configuration) with its fp32 steps correctly rounded: within an ulp of the argument of
+    torch's own, a row independent of the batch, any float dtype in."""
+    t = torch.rand(40, generator=torch.Generator().manual_seed(4))
+    ours = ka.timestep_embedding(t)
+    assert ours.dtype == torch.float32 and ours.shape == (40, 256)
+    half = 128
+    exponent = -math.log(10000) * torch.arange(half, dtype=torch.float32) / half
+    angle = 1000 * (t[:, None] * torch.exp(exponent)[None, :])
+    theirs = torch.cat([torch.cos(angle), torch.sin(angle)], dim=-1)
+    # torch's exp misrounds a few frequencies: those arguments (up to 1000) move by an ulp.
+    assert (ours - theirs).abs().max().item() < 1e-4
+    assert_bitwise(ka.timestep_embedding(t[7:8]), ours[7:8])
+    assert_bitwise(ka.timestep_embedding(t.to(torch.bfloat16)),
+                   ka.timestep_embedding(t.to(torch.bfloat16).float()))
+    sin_first = ka.timestep_embedding(t, 64, flip_sin_to_cos=False, downscale_freq_shift=1,
+                                      scale=1)
+    assert sin_first.shape == (40, 64)
+
+
+def test_timestep_embedding_bad_arguments_name_them():
+    t = torch.rand(3)
+    with pytest.raises(ValueError, match="argument 'channels'"):
+        ka.timestep_embedding(t, 255)
+    with pytest.raises(ValueError, match="argument 'timesteps'"):
+        ka.timestep_embedding(t[None])
+    with pytest.raises(ValueError, match=r"argument 'timesteps\[1\]'"):
+        ka.timestep_embedding(torch.tensor([0.5, float("nan")]))
+    with pytest.raises(ValueError, match="argument 'downscale_freq_shift'"):
+        ka.timestep_embedding(t, 8, downscale_freq_shift=4)
+    with pytest.raises(TypeError, match="argument 'timesteps'"):
+        ka.timestep_embedding(torch.tensor([1, 2]))

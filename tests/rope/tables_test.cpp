@@ -381,5 +381,94 @@ TEST(RopeTablesErrorTest, ErrorSaysWhatWasFound) {
   }
 }
 
+// ---- The timestep embedding -------------------------------------------------------
+
+// The oracle of build_timestep_embedding: its fp32 steps as plain fp32 operations, exp,
+// sin and cos in fp64 with the platform's libm.
+float oracle_timestep_angle(float t, int i, const TimestepEmbeddingSpec& spec) {
+  const auto log_period = static_cast<float>(-std::log(static_cast<double>(spec.max_period)));
+  const auto divisor = static_cast<float>(static_cast<double>(spec.channels / 2) -
+                                          static_cast<double>(spec.downscale_freq_shift));
+  const float exponent = log_period * static_cast<float>(i) / divisor;
+  const auto frequency = static_cast<float>(std::exp(static_cast<double>(exponent)));
+  return spec.scale * (t * frequency);
+}
+
+OracleAgreement compare_timesteps_with_oracle(const std::vector<float>& timesteps,
+                                              const TimestepEmbeddingSpec& spec) {
+  const std::vector<float> rows =
+      build_timestep_embedding(timesteps.data(), static_cast<std::int64_t>(timesteps.size()), spec);
+  const int half = spec.channels / 2;
+  EXPECT_EQ(rows.size(), timesteps.size() * static_cast<std::size_t>(spec.channels));
+  const int sin_at = spec.flip_sin_to_cos ? half : 0;
+  const int cos_at = spec.flip_sin_to_cos ? 0 : half;
+  OracleAgreement agreement;
+  for (std::size_t r = 0; r < timesteps.size(); ++r) {
+    for (int i = 0; i < half; ++i) {
+      const auto angle = static_cast<double>(oracle_timestep_angle(timesteps[r], i, spec));
+      const std::size_t row = r * static_cast<std::size_t>(spec.channels);
+      const std::string where = "timestep " + std::to_string(r) + " column " + std::to_string(i);
+      expect_agreement(rows[row + static_cast<std::size_t>(sin_at + i)], std::sin(angle), agreement,
+                       "sin " + where);
+      expect_agreement(rows[row + static_cast<std::size_t>(cos_at + i)], std::cos(angle), agreement,
+                       "cos " + where);
+      if (::testing::Test::HasFailure()) return agreement;
+    }
+  }
+  return agreement;
+}
+
+std::vector<float> random_timesteps(std::size_t n, float high, unsigned seed) {
+  std::mt19937 random(seed);
+  std::uniform_real_distribution<float> uniform(0.0f, high);
+  std::vector<float> t(n);
+  for (float& v : t) v = uniform(random);
+  t.front() = 0.0f;
+  t.back() = high;
+  return t;
+}
+
+TEST(TimestepEmbeddingTest, QwenImageSpecAgreesWithTheFp64Oracle) {
+  const OracleAgreement agreement =
+      compare_timesteps_with_oracle(random_timesteps(300, 1.0f, 1), {});
+  report("timestep embedding, Qwen-Image's", agreement);
+}
+
+TEST(TimestepEmbeddingTest, OtherSpecsAgreeWithTheFp64Oracle) {
+  // diffusers' defaults elsewhere: sin first, a shift of 1, scale 1, timesteps to 1000.
+  const TimestepEmbeddingSpec spec{.channels = 320,
+                                   .flip_sin_to_cos = false,
+                                   .downscale_freq_shift = 1.0f,
+                                   .scale = 1.0f,
+                                   .max_period = 10000.0f};
+  report("timestep embedding, 320 channels",
+         compare_timesteps_with_oracle(random_timesteps(100, 1000.0f, 2), spec));
+}
+
+TEST(TimestepEmbeddingTest, ARowDependsOnItsTimestepAlone) {
+  const std::vector<float> timesteps = random_timesteps(50, 1.0f, 3);
+  const std::vector<float> all = build_timestep_embedding(timesteps.data(), 50);
+  for (std::size_t r = 0; r < timesteps.size(); ++r) {
+    const std::vector<float> alone = build_timestep_embedding(&timesteps[r], 1);
+    ASSERT_EQ(std::memcmp(alone.data(), all.data() + r * 256, 256 * sizeof(float)), 0) << r;
+  }
+}
+
+TEST(TimestepEmbeddingTest, RejectsInvalidInputs) {
+  const float t[] = {0.5f, std::numeric_limits<float>::quiet_NaN()};
+  const auto build = [&](std::int64_t n, const TimestepEmbeddingSpec& spec, const float* data) {
+    return test::rejected_argument([&] { build_timestep_embedding(data, n, spec); });
+  };
+  EXPECT_EQ(build(1, {}, t), "(accepted)");
+  EXPECT_EQ(build(0, {}, t), "n");
+  EXPECT_EQ(build(1, {}, nullptr), "timesteps");
+  EXPECT_EQ(build(2, {}, t), "timesteps[1]");
+  EXPECT_EQ(build(1, {.channels = 255}, t), "spec.channels");
+  EXPECT_EQ(build(1, {.channels = 4098}, t), "spec.channels");
+  EXPECT_EQ(build(1, {.downscale_freq_shift = 128.0f}, t), "spec.downscale_freq_shift");
+  EXPECT_EQ(build(1, {.scale = std::numeric_limits<float>::infinity()}, t), "spec.scale");
+  EXPECT_EQ(build(1, {.max_period = 0.0f}, t), "spec.max_period");
+}
+
 }  // namespace
 }  // namespace kernel_align
