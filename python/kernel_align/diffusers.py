@@ -34,8 +34,7 @@ from . import functional
 from .batch_invariant import batch_invariant
 from .positions import timestep_embedding
 
-__all__ = ["KernelAlignQwenImageAttnProcessor", "under_contract", "ContractSwitch",
-           "NormInModulation"]
+__all__ = ["KernelAlignQwenImageAttnProcessor", "under_contract", "ContractSwitch"]
 
 _NORMS = ("norm_added_q", "norm_added_k", "norm_q", "norm_k")  # text q, text k, image q, image k
 
@@ -190,34 +189,63 @@ class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
 _BLOCK_NORMS = ("img_norm1", "img_norm2", "txt_norm1", "txt_norm2")
 
 
-class NormInModulation(torch.nn.Module):
-    """Stands in for a Qwen-Image block's LayerNorm (no affine) under the contract: it
-    passes its input on, and the block's ``_modulate`` (patched by ``under_contract``)
-    computes ``LayerNorm(x) * (1 + scale) + shift`` in one ``adaln_modulation`` call with
-    the LayerNorm's eps."""
-
-    def __init__(self, norm: torch.nn.LayerNorm):
-        """Keeps the eps of ``norm``, the LayerNorm it stands in for (restored by
-        ``ContractSwitch.restore``)."""
-        super().__init__()
-        self.eps = norm.eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Returns ``x`` itself: the block's patched ``_modulate`` normalises it."""
-        return x
+def _gated(x, gate, y):
+    """``x + gate * y``: one ``adaln_gate_residual`` call for a sample's gate ``[B, D]``;
+    Edit's per-token gates (``[B, S, D]``, from its modulation index) as diffusers
+    computes them."""
+    if gate.dim() == 2:
+        return functional.adaln_gate_residual(x, gate, y)
+    return x + gate * y
 
 
-def _modulate_under_contract(eps: float, modulate):
-    """The block's ``_modulate(x, mod_params, index=None)`` for x its norm's input: one
-    adaln_modulation call; with ``index`` (Qwen-Image-Edit's per-token modulation, which
-    the op does not take) the LayerNorm and diffusers' own ``modulate``."""
-    def _modulate(x, mod_params, index=None):
+def _block_forward_under_contract(block):
+    """``QwenImageTransformerBlock.forward`` with the library's ops in the model's own
+    order: each LayerNorm + modulation one ``adaln_modulation`` call (Edit's per-token
+    modulation index: the LayerNorm and diffusers' ``_modulate``), each gated residual one
+    ``adaln_gate_residual`` call, the attention through the block's processor and every
+    Linear (the modulations, the MLPs) through the batch-invariant mode."""
+    def modulate(x, norm, mod_params, index):
         if index is not None:
-            return modulate(torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=eps),
-                            mod_params, index)
+            return block._modulate(norm(x), mod_params, index)
         shift, scale, gate = mod_params.chunk(3, dim=-1)
-        return functional.adaln_modulation(x, scale, shift, eps=eps), gate.unsqueeze(1)
-    return _modulate
+        return functional.adaln_modulation(x, scale, shift, eps=norm.eps), gate
+
+    def forward(hidden_states, encoder_hidden_states, encoder_hidden_states_mask, temb,
+                image_rotary_emb=None, joint_attention_kwargs=None, modulate_index=None):
+        img_mod1, img_mod2 = block.img_mod(temb).chunk(2, dim=-1)
+        if block.zero_cond_t:
+            temb = torch.chunk(temb, 2, dim=0)[0]
+        txt_mod1, txt_mod2 = block.txt_mod(temb).chunk(2, dim=-1)
+
+        img_modulated, img_gate1 = modulate(hidden_states, block.img_norm1, img_mod1,
+                                            modulate_index)
+        txt_modulated, txt_gate1 = modulate(encoder_hidden_states, block.txt_norm1, txt_mod1,
+                                            None)
+        img_attn_output, txt_attn_output = block.attn(
+            hidden_states=img_modulated,
+            encoder_hidden_states=txt_modulated,
+            encoder_hidden_states_mask=encoder_hidden_states_mask,
+            image_rotary_emb=image_rotary_emb,
+            **(joint_attention_kwargs or {}),
+        )
+        hidden_states = _gated(hidden_states, img_gate1, img_attn_output)
+        encoder_hidden_states = _gated(encoder_hidden_states, txt_gate1, txt_attn_output)
+
+        img_modulated2, img_gate2 = modulate(hidden_states, block.img_norm2, img_mod2,
+                                             modulate_index)
+        hidden_states = _gated(hidden_states, img_gate2, block.img_mlp(img_modulated2))
+        txt_modulated2, txt_gate2 = modulate(encoder_hidden_states, block.txt_norm2, txt_mod2,
+                                             None)
+        encoder_hidden_states = _gated(encoder_hidden_states, txt_gate2,
+                                       block.txt_mlp(txt_modulated2))
+
+        # diffusers' clip against fp16 overflow.
+        if encoder_hidden_states.dtype == torch.float16:
+            encoder_hidden_states = encoder_hidden_states.clip(-65504, 65504)
+        if hidden_states.dtype == torch.float16:
+            hidden_states = hidden_states.clip(-65504, 65504)
+        return encoder_hidden_states, hidden_states
+    return forward
 
 
 def _continuous_under_contract(module):
@@ -269,25 +297,24 @@ class ContractSwitch:
         (``timestep_embedding``) under the contract."""
         self.model = model
         self._processors = processors
-        self._norms = []  # (block, name, the LayerNorm)
-        for block in getattr(model, "transformer_blocks", ()):
-            norms = [(name, getattr(block, name, None)) for name in _BLOCK_NORMS]
-            if not all(_is_affine_free_layer_norm(n) for _, n in norms):
-                continue  # not the block this was written for: left as it is
-            eps = norms[0][1].eps
-            for name, norm in norms:
-                self._norms.append((block, name, norm))
-                setattr(block, name, NormInModulation(norm))
-            block._modulate = _modulate_under_contract(eps, block._modulate)
-        from diffusers.models.normalization import AdaLayerNormContinuous
-
         from diffusers.models.embeddings import Timesteps
+        from diffusers.models.normalization import AdaLayerNormContinuous
+        from diffusers.models.transformers.transformer_qwenimage import (
+            QwenImageTransformerBlock,
+        )
 
         # Modules whose forward the switch replaced (an instance attribute, which restore()
-        # removes): the output's AdaLayerNormContinuous where it is the affine-free
+        # removes): every block (the one this was written for: its four LayerNorms
+        # affine-free), the output's AdaLayerNormContinuous where it is the affine-free
         # LayerNorm the model builds, the text path's RMSNorm and the timestep embedding's
         # Timesteps.
         self._forwards = []
+        for block in getattr(model, "transformer_blocks", ()):
+            if isinstance(block, QwenImageTransformerBlock) and all(
+                    _is_affine_free_layer_norm(getattr(block, name, None))
+                    for name in _BLOCK_NORMS):
+                block.forward = _block_forward_under_contract(block)
+                self._forwards.append(block)
         norm_out = getattr(model, "norm_out", None)
         if (isinstance(norm_out, AdaLayerNormContinuous)
                 and _is_affine_free_layer_norm(getattr(norm_out, "norm", None))):
@@ -314,9 +341,6 @@ class ContractSwitch:
             return
         self._active = False
         self.model.set_attn_processor(self._processors)
-        for block, name, norm in self._norms:
-            setattr(block, name, norm)
-            block.__dict__.pop("_modulate", None)
         for module in self._forwards:
             module.__dict__.pop("forward", None)
         self._mode.__exit__(None, None, None)
@@ -334,13 +358,13 @@ def under_contract(model) -> ContractSwitch:
     (fused QK norm + RoPE, joint attention over the prompt's valid tokens), and the
     batch-invariant mode (``kernel_align.batch_invariant``) runs every Linear under the
     contract's tree, so a sample's bytes do not depend on its batch or on how far its
-    prompt is padded; every block's LayerNorm and modulation is one ``adaln_modulation``
-    call (its norms stand aside: ``NormInModulation``), as is the output's ``norm_out``
-    (``AdaLayerNormContinuous``), and the timestep embedding's sinusoids are
-    ``timestep_embedding``'s (correctly rounded), and the text path's ``txt_norm`` is one
-    ``qk_rmsnorm`` call. The gated residuals (whose forward is already the bytes of
-    ``adaln_gate_residual``'s diffusers mode) are still torch's expression (issue 32). Returns the switch; ``restore()`` or
-    ``with under_contract(model): ...`` undoes it.
+    prompt is padded. Every block runs the library's ops in the model's order (each
+    LayerNorm + modulation one ``adaln_modulation`` call, each gated residual one
+    ``adaln_gate_residual`` call; Edit's per-token modulation index keeps diffusers'
+    expressions), the output's ``norm_out`` (``AdaLayerNormContinuous``) is one
+    ``adaln_modulation`` call, the text path's ``txt_norm`` one ``qk_rmsnorm`` call, and
+    the timestep embedding's sinusoids are ``timestep_embedding``'s (correctly rounded).
+    Returns the switch; ``restore()`` or ``with under_contract(model): ...`` undoes it.
 
     Raises:
         TypeError: ``model`` is not a ``QwenImageTransformer2DModel``.
