@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""kernel_align.adaln_modulation against a same-run copy of its traffic and against torch
-(diffusers' formula eager and under torch.compile), measured in one process, interleaved,
-the best of --repeats each (issue 32's target: >= 0.9 of the copy in fp32, ahead of
-torch.compile; docs/performance.md).
+"""kernel_align.adaln_modulation and kernel_align.adaln_gate_residual against a same-run
+copy of their traffic and against torch (diffusers' formulas eager and under
+torch.compile), measured in one process, interleaved, the best of --repeats each (issue
+32's target: >= 0.9 of the copy in fp32, ahead of torch.compile; docs/performance.md).
 
-    .venv/bin/python bench/compare_adaln.py [--quick] [--threads 1 2] [--dtypes fp32 bf16]
-        [--tokens 4352 7145] [--dim 3072] [--backward] [--repeats 5] [--json F] [--csv F]
+    .venv/bin/python bench/compare_adaln.py [--quick] [--ops adaln gate] [--threads 1 2]
+        [--dtypes fp32 bf16] [--tokens 4352 7145] [--dim 3072] [--backward] [--repeats 5]
+        [--json F] [--csv F]
 
-Printed per (tokens, dtype, threads, direction): the time of ours, of a copy of the same
-bytes (forward: x read, y written; backward: x and dy read, dx written; as one
-`torch.Tensor.copy_` moving as many bytes), of torch eager and torch.compile, and the ratios copy/ours (the
-fraction of memory speed) and compiled/ours (> 1: ours is faster).
+Printed per (op, tokens, dtype, threads, direction): the time of ours, of a copy of the
+same bytes (as one `torch.Tensor.copy_` moving as many bytes: adaln forward x read, y
+written; backward x and dy read, dx written; gate forward x and y read, out written;
+backward y and dout read, dy written), of torch eager and torch.compile, and the ratios
+copy/ours (the fraction of memory speed) and compiled/ours (> 1: ours is faster).
 """
 
 from __future__ import annotations
@@ -28,8 +30,21 @@ from bench_output import write_outputs
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def formula(x, scale, shift):
+def adaln_formula(x, scale, shift):
     return F.layer_norm(x, (x.shape[-1],), eps=1e-6) * (1 + scale[:, None]) + shift[:, None]
+
+
+def gate_formula(x, gate, y):
+    return x + gate[:, None] * y
+
+
+# Per op: ours, diffusers' formula, whether the second and third inputs are [B, D]
+# modulations (else [B, S, D] tokens), and the traffic in elements of a token tensor
+# (forward, backward): what a copy of as many bytes moves.
+OPS = {
+    "adaln": (kernel_align.adaln_modulation, adaln_formula, (True, True), (2, 3)),
+    "gate": (kernel_align.adaln_gate_residual, gate_formula, (True, False), (3, 3)),
+}
 
 
 def best(fn, repeats: int) -> float:
@@ -41,28 +56,31 @@ def best(fn, repeats: int) -> float:
     return min(times)
 
 
-def measure(tokens: int, dim: int, dtype, threads: int, repeats: int, backward: bool,
+def measure(op: str, tokens: int, dim: int, dtype, threads: int, repeats: int, backward: bool,
             compiled) -> dict:
+    ours_fn, formula, modulations, traffic = OPS[op]
     torch.set_num_threads(threads)
     kernel_align.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, tokens, dim, generator=g).to(dtype).requires_grad_(backward)
-    scale = (0.1 * torch.randn(1, dim, generator=g)).to(dtype).requires_grad_(backward)
-    shift = (0.1 * torch.randn(1, dim, generator=g)).to(dtype).requires_grad_(backward)
+    others = [(0.1 * torch.randn(1, dim, generator=g) if modulation
+               else torch.randn(1, tokens, dim, generator=g)).to(dtype).requires_grad_(backward)
+              for modulation in modulations]
+    inputs = (x, *others)
     dy = torch.randn(1, tokens, dim, generator=g).to(dtype)
-    # The least traffic: forward x read and y written (2 N elements), backward x and dy read
-    # and dx written (3 N): a copy of N, or of 1.5 N, elements moves as many bytes.
-    elements = tokens * dim * 3 // 2 if backward else tokens * dim
+    # The least traffic, as elements of a token tensor read or written: a copy of half as
+    # many elements moves as many bytes.
+    elements = tokens * dim * traffic[1 if backward else 0] // 2
     copy_src = torch.empty(elements, dtype=dtype)
     copy_dst = torch.empty_like(copy_src)
 
     def run(fn):
         if not backward:
-            return lambda: fn(x, scale, shift)
-        out = fn(x, scale, shift)
-        return lambda: torch.autograd.grad(out, (x, scale, shift), dy, retain_graph=True)
+            return lambda: fn(*inputs)
+        out = fn(*inputs)
+        return lambda: torch.autograd.grad(out, inputs, dy, retain_graph=True)
 
-    ours, eager, comp = (run(kernel_align.adaln_modulation), run(formula), run(compiled))
+    ours, eager, comp = (run(ours_fn), run(formula), run(compiled[op]))
 
     def copy():
         copy_dst.copy_(copy_src)
@@ -74,7 +92,7 @@ def measure(tokens: int, dim: int, dtype, threads: int, repeats: int, backward: 
         for name, fn in (("ours", ours), ("copy", copy), ("eager", eager), ("compiled", comp)):
             t[name].append(best(fn, 1))
     row = {name: min(v) for name, v in t.items()}
-    row.update(tokens=tokens, dim=dim, dtype=[n for n, v in DTYPES.items() if v == dtype][0],
+    row.update(op=op, tokens=tokens, dim=dim, dtype=[n for n, v in DTYPES.items() if v == dtype][0],
                threads=threads, direction="backward" if backward else "forward",
                copy_over_ours=row["copy"] / row["ours"],
                compiled_over_ours=row["compiled"] / row["ours"])
@@ -84,6 +102,7 @@ def measure(tokens: int, dim: int, dtype, threads: int, repeats: int, backward: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="512 tokens, 1 repeat")
+    parser.add_argument("--ops", nargs="+", choices=sorted(OPS), default=sorted(OPS))
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["fp32", "bf16"])
     parser.add_argument("--tokens", type=int, nargs="+", default=[4352, 7145],
@@ -96,22 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.tokens, args.repeats = [512], 1
-    compiled = torch.compile(formula)
+    compiled = {op: torch.compile(spec[1]) for op, spec in OPS.items()}
     rows = []
-    print(f"{'tokens':>6} {'dtype':>5} {'thr':>3} {'dir':>8} {'ours ms':>8} {'copy ms':>8} "
-          f"{'eager ms':>8} {'compiled ms':>11} {'copy/ours':>9} {'compiled/ours':>13}")
-    for tokens in args.tokens:
-        for dtype_name in args.dtypes:
-            for threads in args.threads:
-                for backward in ([False, True] if args.backward else [False]):
-                    r = measure(tokens, args.dim, DTYPES[dtype_name], threads, args.repeats,
-                                backward, compiled)
-                    rows.append(r)
-                    print(f"{tokens:>6} {dtype_name:>5} {threads:>3} {r['direction']:>8} "
-                          f"{r['ours'] * 1e3:>8.2f} {r['copy'] * 1e3:>8.2f} "
-                          f"{r['eager'] * 1e3:>8.2f} {r['compiled'] * 1e3:>11.2f} "
-                          f"{r['copy_over_ours']:>9.2f} {r['compiled_over_ours']:>13.2f}",
-                          flush=True)
+    print(f"{'op':>5} {'tokens':>6} {'dtype':>5} {'thr':>3} {'dir':>8} {'ours ms':>8} "
+          f"{'copy ms':>8} {'eager ms':>8} {'compiled ms':>11} {'copy/ours':>9} "
+          f"{'compiled/ours':>13}")
+    directions = [False, True] if args.backward else [False]
+    for op, tokens, dtype_name, threads, backward in (
+            (o, t, d, n, b) for o in args.ops for t in args.tokens for d in args.dtypes
+            for n in args.threads for b in directions):
+        r = measure(op, tokens, args.dim, DTYPES[dtype_name], threads, args.repeats, backward,
+                    compiled)
+        rows.append(r)
+        print(f"{op:>5} {tokens:>6} {dtype_name:>5} {threads:>3} {r['direction']:>8} "
+              f"{r['ours'] * 1e3:>8.2f} {r['copy'] * 1e3:>8.2f} "
+              f"{r['eager'] * 1e3:>8.2f} {r['compiled'] * 1e3:>11.2f} "
+              f"{r['copy_over_ours']:>9.2f} {r['compiled_over_ours']:>13.2f}",
+              flush=True)
     write_outputs({"rows": rows, "torch": torch.__version__}, args.json, args.csv)
     return 0
 

@@ -112,3 +112,28 @@ def test_bad_arguments_name_them():
         ka.adaln_gate_residual(x, gate, y, mode="fast")
     with pytest.raises(TypeError, match="argument 'gate': expected a torch.Tensor"):
         ka.adaln_gate_residual(x, [1.0] * 8, y)
+
+
+def test_padded_tokens_with_zero_gradients_leave_the_sums_as_alone():
+    """A text stream padded in a batch: its padded tokens' upstream gradients are zeros (a
+    masked token feeds no other token), so their terms in the sums over the sample's tokens
+    are zeros and dgate, dscale and dshift equal the unpadded sample's, byte for byte, for
+    any padding (contract sections 12 and 13)."""
+    valid, padded, dim = 20, 300, 32
+    x, gate, y = _inputs(1, padded, dim, torch.bfloat16, seed=8)
+    scale, shift = (0.1 * torch.randn(2, 1, dim)).to(torch.bfloat16).unbind(0)
+    dout = torch.randn(1, padded, dim, generator=torch.Generator().manual_seed(9))
+    dout = dout.to(torch.bfloat16)
+    dout[:, valid:] = 0
+
+    def sums(tokens):
+        """dgate, dscale and dshift over the first `tokens` tokens."""
+        xs, ys = (t[:, :tokens].clone().requires_grad_() for t in (x, y))
+        g, sc, sh = (t.clone().requires_grad_() for t in (gate, scale, shift))
+        d = dout[:, :tokens]
+        dgate, = torch.autograd.grad(ka.adaln_gate_residual(xs, g, ys), (g,), d)
+        dscale, dshift = torch.autograd.grad(ka.adaln_modulation(xs, sc, sh), (sc, sh), d)
+        return dgate, dscale, dshift
+
+    for a, b in zip(sums(padded), sums(valid)):
+        assert_bitwise(a, b)
