@@ -82,6 +82,26 @@ RowPlan rows_plan(int d, const ConstTensorView& x, const ConstTensorView* dy,
   return plan;
 }
 
+// A [B, S, D] tensor of the gated residual as rows (1, b, s) of D elements.
+template <class Row, class Strided>
+Row token_rows(const Strided& t, std::int64_t batch, std::int64_t seq, RowPlan& plan) {
+  plan.extents[0] = 1;
+  plan.extents[1] = batch;
+  plan.extents[2] = seq;
+  Row row;
+  row.data = t.data;
+  row.dtype = t.dtype;
+  row.strides[0] = 0;
+  row.strides[1] = t.strides[0];
+  row.strides[2] = t.strides[1];
+  row.step = t.strides[2];
+  return row;
+}
+
+GateParams gate_of(const detail::AdaLnInput& gate, NormMode mode) {
+  return {{gate.data, gate.dtype, gate.strides[0], gate.strides[2]}, mode};
+}
+
 }  // namespace
 
 RowPlan row_plan(const detail::RmsNormForwardProblem& p) {
@@ -113,6 +133,26 @@ RowPlan row_plan(const detail::NormRopeBackwardProblem& p) {
   RowPlan plan = rows_plan(p.d, p.x, &p.dy, p.dx);
   plan.norm = norm_of(p.weight, p.norm);
   plan.rope = rope_of(p.cos, p.sin, p.seq_offset, p.rope, true);
+  return plan;
+}
+
+RowPlan row_plan(const detail::GateResidualProblem& p) {
+  RowPlan plan;
+  plan.d = p.dim;
+  plan.x = token_rows<RowInput>(p.x, p.batch, p.seq, plan);
+  plan.dy = token_rows<RowInput>(p.y, p.batch, p.seq, plan);
+  plan.out = token_rows<RowOutput>(p.out, p.batch, p.seq, plan);
+  plan.gate = gate_of(p.gate, p.mode);
+  return plan;
+}
+
+RowPlan row_plan(const detail::GateResidualBackwardProblem& p) {
+  RowPlan plan;
+  plan.d = p.dim;
+  plan.x = token_rows<RowInput>(p.dout, p.batch, p.seq, plan);
+  plan.dy = token_rows<RowInput>(p.y, p.batch, p.seq, plan);
+  plan.out = token_rows<RowOutput>(p.dy, p.batch, p.seq, plan);
+  plan.gate = gate_of(p.gate, p.mode);
   return plan;
 }
 

@@ -117,6 +117,44 @@ TEST(GateResidualOp, EveryBackendPathAndThreadCountComputesTheContract) {
   }
 }
 
+// Strided rows (every other element of wider rows, and an output of its own strides) give
+// the bytes of contiguous ones on every path: the kernels' gather and scatter of chunks.
+TEST(GateResidualOp, StridedRowsEqualContiguousOnes) {
+  const test::RuntimeGuard guard;
+  constexpr std::int64_t kB = 2, kS = 70, kD = 37;
+  for (const DType dtype : kDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Inputs in = random_inputs(dtype, kB, kS, kD, 13);
+    const Results want = contract_results(in, dtype, NormMode::Diffusers);
+    // Wide copies: element (b, s, i) at (b, s, 2 i).
+    const auto widened = [&](const HostTensor& t) {
+      HostTensor wide(dtype, {kB, kS, 2 * kD});
+      for (std::int64_t e = 0; e < t.elements(); ++e) wide.set(2 * e, t.get(e));
+      return wide;
+    };
+    const HostTensor x = widened(in.x), y = widened(in.y), dout = widened(in.dout);
+    const auto every_other = [](auto view) {
+      return test::strided(view, {kB, kS, kD}, {kS * 2 * kD, 2 * kD, 2});
+    };
+    HostTensor out(dtype, {kB, kS, 2 * kD}), dy(dtype, {kB, kS, 2 * kD});
+    HostTensor dgate(dtype, in.gate.shape());
+    set_backend("simd");
+    for (const Isa path : test::available_isas()) {
+      SCOPED_TRACE(isa_name(path));
+      set_isa(path);
+      adaln_gate_residual_forward(every_other(x.cview()), in.gate.cview(), every_other(y.cview()),
+                                  every_other(out.view()));
+      adaln_gate_residual_backward(in.gate.cview(), every_other(y.cview()),
+                                   every_other(dout.cview()), every_other(dy.view()), dgate.view());
+      for (std::int64_t e = 0; e < want.out.elements(); ++e) {
+        ASSERT_EQ(out.get(2 * e), want.out.get(e)) << e;
+        ASSERT_EQ(dy.get(2 * e), want.dy.get(e)) << e;
+      }
+      EXPECT_TRUE(dgate == want.dgate);
+    }
+  }
+}
+
 // In bf16 the two modes differ (the product's rounding), and the default is diffusers'.
 TEST(GateResidualOp, TheModesDifferWhereTheProductRounds) {
   const test::RuntimeGuard guard;

@@ -1135,13 +1135,136 @@ void norm_rope_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int
 }
 
 // The table of path V (constant-initialised: no code runs before main).
+// ---- adaln_gate_residual
+
+// The rows' format for the gate: their run-time length, and their one dtype fixed where x,
+// y and out share it (no dtype dispatch per chunk: the rows are a model's D = 3072 wide).
+template <class Body>
+void with_gate_format(const RowPlan& p, const Body& body) {
+  switch (uniform_dtype(p)) {
+    case static_cast<int>(DType::F32):
+      return body(RowFormat<0, static_cast<int>(DType::F32)>{p.d});
+    case static_cast<int>(DType::BF16):
+      return body(RowFormat<0, static_cast<int>(DType::BF16)>{p.d});
+    case static_cast<int>(DType::F16):
+      return body(RowFormat<0, static_cast<int>(DType::F16)>{p.d});
+    default:
+      return body(RowFormat<0, kAnyDType>{p.d});
+  }
+}
+
+// Calls body(std::bool_constant<streams_output(p)>): false on a path without non-temporal
+// stores.
+template <class V, class Body>
+void with_stream_flag(const RowPlan& p, const Body& body) {
+  if constexpr (V::kStreams) {
+    with_flags(body, streams_output<V, /*kStreamsHalves=*/true>(p));
+  } else {
+    body(std::false_type{});
+  }
+}
+
+// Sample b's gate, widened to fp32 chunks (+0 past the row's end).
+template <class V, class Format>
+void load_sample_vector(const SampleVector& v, std::int64_t b, Format format,
+                        typename V::F (&chunks)[Format::kCapacity]) {
+  const RowFormat<0, kAnyDType> any{format.length()};
+  for (int c = 0; c < format.chunks(); ++c) {
+    chunks[c] = load_chunk<V>(v.data, v.dtype, b * v.sample_stride, v.step, c, any);
+  }
+}
+
+// contract::gate_residual_forward over rows [begin, end): out = x + gate * y, the product
+// rounded through out's dtype where kRound (diffusers mode).
+template <class V, bool kStream, bool kRound, class Format>
+void gate_forward_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end) {
+  const RowPlan p = plan;
+  const std::int64_t seq = p.extents[kLeadingDims - 1];
+  typename V::F gate[Format::kCapacity];
+  std::int64_t sample = -1;  // whose gate `gate` holds
+  RowWalk</*kDy=*/true, /*kTable=*/false> row(p, begin);
+  for (std::int64_t r = begin; r < end; ++r, row.next()) {
+    if (const std::int64_t b = r / seq; b != sample) {
+      load_sample_vector<V>(p.gate.gate, b, format, gate);
+      sample = b;
+    }
+    const RowPlace at = row.place();
+    typename V::F pending = V::zero();
+    for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
+      typename V::F product = V::mul(gate[c], load_chunk<V>(p.dy, at.dy, c, format));
+      if constexpr (kRound) product = round_through<V>(format.dtype(p.out.dtype), product);
+      put_chunk<V, false, kStream>(p.out, at.out, c, format,
+                                   V::add(load_chunk<V>(p.x, at.x, c, format), product), pending);
+    });
+  }
+  if constexpr (kStream) V::stream_fence();
+}
+
+template <class V>
+void gate_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
+  const bool round = plan.gate.mode == contract::NormMode::Diffusers;
+  with_gate_format(plan, [&](auto format) {
+    with_stream_flag<V>(plan, [&](auto stream) {
+      with_flags(
+          [&](auto known_round) {
+            gate_forward_rows<V, stream, known_round>(plan, format, begin, end);
+          },
+          round);
+    });
+  });
+}
+
+// The gate's backward over rows [begin, end): dy = gate * dout into out, and, where
+// dgate is asked for (rows of one sample), its terms dout * y added into it, rows in
+// order. Each chunk is read before it is written: dy may be dout or y.
+template <class V, bool kStream, class Format>
+void gate_backward_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end,
+                        float* dgate_partial) {
+  const RowPlan p = plan;
+  const std::int64_t seq = p.extents[kLeadingDims - 1];
+  typename V::F gate[Format::kCapacity];
+  std::int64_t sample = -1;
+  DwSums<V, Format> dgate(format);
+  RowWalk</*kDy=*/true, /*kTable=*/false> row(p, begin);
+  for (std::int64_t r = begin; r < end; ++r, row.next()) {
+    if (const std::int64_t b = r / seq; b != sample) {
+      load_sample_vector<V>(p.gate.gate, b, format, gate);
+      sample = b;
+    }
+    const RowPlace at = row.place();
+    const auto chunks = [&](auto sums) KA_INLINE_LAMBDA {
+      typename V::F pending = V::zero();
+      for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
+        const typename V::F dout = load_chunk<V>(p.x, at.x, c, format);
+        if constexpr (sums) dgate.add(c, V::mul(dout, load_chunk<V>(p.dy, at.dy, c, format)));
+        put_chunk<V, false, kStream>(p.out, at.out, c, format, V::mul(gate[c], dout), pending);
+      });
+    };
+    with_flags(chunks, dgate_partial != nullptr);
+  }
+  if (dgate_partial != nullptr) dgate.add_to(dgate_partial, format);
+  if constexpr (kStream) V::stream_fence();
+}
+
+template <class V>
+void gate_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
+                          float* dgate_partial) {
+  with_gate_format(plan, [&](auto format) {
+    with_stream_flag<V>(plan, [&](auto stream) {
+      gate_backward_rows<V, stream>(plan, format, begin, end, dgate_partial);
+    });
+  });
+}
+
 template <class V>
 constexpr RowKernels row_kernels_of() {
   return {.rmsnorm_forward = &rmsnorm_forward_kernel<V>,
           .rmsnorm_backward = &rmsnorm_backward_kernel<V>,
           .rope = &rope_kernel<V>,
           .norm_rope_forward = &norm_rope_forward_kernel<V>,
-          .norm_rope_backward = &norm_rope_backward_kernel<V>};
+          .norm_rope_backward = &norm_rope_backward_kernel<V>,
+          .gate_residual_forward = &gate_forward_kernel<V>,
+          .gate_residual_backward = &gate_backward_kernel<V>};
 }
 
 }  // namespace

@@ -53,12 +53,29 @@ struct RopeParams {
   bool transpose = false;       // the backward rotation
 };
 
+// A sample's vector of d elements (adaln_gate_residual's gate), one per index of the
+// middle leading dim: rows of a [B, S, D] tensor are (1, b, s), and row r's vector is
+// sample b's, at data[b * sample_stride + i * step].
+struct SampleVector {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  std::int64_t sample_stride = 0;
+  std::int64_t step = 1;
+};
+
+struct GateParams {
+  SampleVector gate;
+  contract::NormMode mode = contract::NormMode::Single;  // Diffusers: gate * y rounded
+};
+
 // One problem. Each kernel reads the members its op uses:
-//   rmsnorm_forward     x -> out              norm
-//   rmsnorm_backward    x, dy -> out (dx)     norm
-//   rope                x -> out              rope
-//   norm_rope_forward   x -> out              norm, rope
-//   norm_rope_backward  x, dy -> out (dx)     norm, rope
+//   rmsnorm_forward       x -> out              norm
+//   rmsnorm_backward      x, dy -> out (dx)     norm
+//   rope                  x -> out              rope
+//   norm_rope_forward     x -> out              norm, rope
+//   norm_rope_backward    x, dy -> out (dx)     norm, rope
+//   gate_residual_forward x, dy (y) -> out      gate
+//   gate_residual_backward x (dout), dy (y) -> out (dy)   gate; dw_partial: dgate
 struct RowPlan {
   std::int64_t extents[kLeadingDims] = {1, 1, 1};
   int d = 0;
@@ -67,10 +84,12 @@ struct RowPlan {
   RowOutput out;
   NormParams norm;
   RopeParams rope;
+  GateParams gate;
 };
 
 // A kernel computes rows [begin, end). dw_partial (backward kernels only, may be
-// null): adds each row's dw terms into dw_partial[0..d), rows in order.
+// null): adds each row's dw terms into dw_partial[0..d), rows in order (the gate's
+// backward: rows of one sample, its dgate terms).
 using RowKernel = void (*)(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                            float* dw_partial);
 
@@ -80,6 +99,8 @@ struct RowKernels {
   RowKernel rope;
   RowKernel norm_rope_forward;
   RowKernel norm_rope_backward;
+  RowKernel gate_residual_forward;
+  RowKernel gate_residual_backward;
 };
 
 // One table per path (portable.cpp, avx2.cpp, avx512.cpp); the last two exist in

@@ -1,5 +1,5 @@
-// adaln_gate_residual on the CPU: the contract's rows (reference/gate_residual.hpp) over
-// the pool, a sample's dgate by its token blocks.
+// adaln_gate_residual on the CPU: the path's vector rows over the pool, a sample's dgate
+// by its token blocks.
 #include <vector>
 
 #include "cpu/cpu_backend.hpp"
@@ -9,22 +9,35 @@
 namespace kernel_align::cpu {
 namespace {
 
-// It runs the contract's row bodies on the pool on every path: elementwise, no vector
-// kernel of its own yet (docs/performance.md), so the path is noted as selected and
-// changes no instruction of it.
+// The path's gate kernels (cpu/isa/row_kernels.hpp) over the pool: rows in ranges, or,
+// with dgate, by the sums' tasks (a sample's block of tokens each), whose rows write dy
+// as they add their dgate terms.
 void gate_residual_forward(const detail::GateResidualProblem& p, registry::Execution& exec) {
-  exec.isa = isa_name(isa());
+  const RowKernel kernel = path_kernels(exec).gate_residual_forward;
+  const RowPlan plan = row_plan(p);
   for_rows(p.batch * p.seq, p.dim, exec,
-           [&](RowRange r) { reference::gate_residual_forward_rows(p, r.begin, r.end); });
+           [&](RowRange r) { kernel(plan, r.begin, r.end, nullptr); });
 }
 
 void gate_residual_backward(const detail::GateResidualBackwardProblem& p,
                             registry::Execution& exec) {
-  exec.isa = isa_name(isa());
+  const RowKernel kernel = path_kernels(exec).gate_residual_backward;
+  const RowPlan plan = row_plan(p);
+  const reference::TokenSums sums = reference::gate_token_sums_of(p);
+  if (sums.outputs == 0) {
+    for_rows(p.batch * p.seq, p.dim, exec,
+             [&](RowRange r) { kernel(plan, r.begin, r.end, nullptr); });
+    return;
+  }
   thread_local std::vector<float> scratch;  // the block sums, kept per calling thread
-  reference::gate_token_sums(p, scratch, token_sum_tasks(exec, reference::gate_token_sums_of(p)));
-  for_rows(p.batch * p.seq, p.dim, exec,
-           [&](RowRange r) { reference::gate_residual_backward_rows(p, r.begin, r.end); });
+  reference::sum_over_tokens(
+      sums, scratch, token_sum_tasks(exec, sums),
+      [&](std::int64_t b, std::int64_t begin, std::int64_t end, float* const* parts) {
+        kernel(plan, b * p.seq + begin, b * p.seq + end, parts[0]);
+      },
+      [&](std::int64_t b, int, int i, float total) {
+        reference::gate_store_token_sum(p, b, i, total);
+      });
 }
 
 }  // namespace
