@@ -98,8 +98,9 @@ Row token_rows(const Strided& t, std::int64_t batch, std::int64_t seq, RowPlan& 
   return row;
 }
 
-GateParams gate_of(const detail::AdaLnInput& gate, NormMode mode) {
-  return {{gate.data, gate.dtype, gate.strides[0], gate.strides[2]}, mode};
+// A [B, D] modulation (a sequence stride of 0) as a sample's vector.
+SampleVector sample_vector(const detail::AdaLnInput& v) {
+  return {v.data, v.dtype, v.strides[0], v.strides[2]};
 }
 
 }  // namespace
@@ -142,7 +143,8 @@ RowPlan row_plan(const detail::GateResidualProblem& p) {
   plan.x = token_rows<RowInput>(p.x, p.batch, p.seq, plan);
   plan.dy = token_rows<RowInput>(p.y, p.batch, p.seq, plan);
   plan.out = token_rows<RowOutput>(p.out, p.batch, p.seq, plan);
-  plan.gate = gate_of(p.gate, p.mode);
+  plan.modulation.gate = sample_vector(p.gate);
+  plan.modulation.mode = p.mode;
   return plan;
 }
 
@@ -152,7 +154,20 @@ RowPlan row_plan(const detail::GateResidualBackwardProblem& p) {
   plan.x = token_rows<RowInput>(p.dout, p.batch, p.seq, plan);
   plan.dy = token_rows<RowInput>(p.y, p.batch, p.seq, plan);
   plan.out = token_rows<RowOutput>(p.dy, p.batch, p.seq, plan);
-  plan.gate = gate_of(p.gate, p.mode);
+  plan.modulation.gate = sample_vector(p.gate);
+  plan.modulation.mode = p.mode;
+  return plan;
+}
+
+RowPlan row_plan(const detail::AdaLnProblem& p) {
+  RowPlan plan;
+  plan.d = p.dim;
+  plan.x = token_rows<RowInput>(p.x, p.batch, p.seq, plan);
+  plan.out = token_rows<RowOutput>(p.y, p.batch, p.seq, plan);
+  plan.modulation.scale = sample_vector(p.scale);
+  plan.modulation.shift = sample_vector(p.shift);
+  plan.modulation.mode = p.mode;
+  plan.modulation.eps = p.eps;
   return plan;
 }
 

@@ -27,6 +27,7 @@ RowPlan row_plan(const detail::NormRopeBackwardProblem& p);
 // The gated residual's rows: x, y (in dy's place) into out; the backward's dout (in x's
 // place), y into dy (out).
 RowPlan row_plan(const detail::GateResidualProblem& p);
+RowPlan row_plan(const detail::AdaLnProblem& p);
 RowPlan row_plan(const detail::GateResidualBackwardProblem& p);
 
 }  // namespace kernel_align::cpu

@@ -81,6 +81,44 @@ TEST(AdaLnOp, SimdEqualsReferenceOnEveryPathAndThreadCount) {
   }
 }
 
+// A model's width (3072: 192 full chunks) and strided rows (every other element of wider
+// rows, an output of its own strides): the simd paths' vector forward gives the
+// reference's bytes.
+TEST(AdaLnOp, WideAndStridedRowsEqualTheReference) {
+  const test::RuntimeGuard guard;
+  constexpr std::int64_t kB = 2, kS = 9, kD = 3072;
+  for (const DType dtype : kDTypes) {
+    for (const NormMode mode : kModes) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + norm_mode_name(mode));
+      const Inputs in = random_inputs(dtype, kB, kS, kD, 17);
+      const AdaLnOptions options{.mode = mode};
+      set_backend("reference");
+      HostTensor want(dtype, in.x.shape());
+      adaln_modulation_forward(in.x.cview(), in.scale.cview(), in.shift.cview(), want.view(),
+                               options);
+      HostTensor wide_x(dtype, {kB, kS, 2 * kD}), wide_y(dtype, {kB, kS, 2 * kD});
+      for (std::int64_t e = 0; e < in.x.elements(); ++e) wide_x.set(2 * e, in.x.get(e));
+      const auto every_other = [](auto view) {
+        return test::strided(view, {kB, kS, kD}, {kS * 2 * kD, 2 * kD, 2});
+      };
+      set_backend("simd");
+      for (const Isa path : test::available_isas()) {
+        SCOPED_TRACE(isa_name(path));
+        set_isa(path);
+        HostTensor y(dtype, in.x.shape());
+        adaln_modulation_forward(in.x.cview(), in.scale.cview(), in.shift.cview(), y.view(),
+                                 options);
+        EXPECT_TRUE(y == want);
+        adaln_modulation_forward(every_other(wide_x.cview()), in.scale.cview(), in.shift.cview(),
+                                 every_other(wide_y.view()), options);
+        for (std::int64_t e = 0; e < want.elements(); ++e) {
+          ASSERT_EQ(wide_y.get(2 * e), want.get(e)) << e;
+        }
+      }
+    }
+  }
+}
+
 // Sample 1 of a batch of 3 against the same sample alone: the same bytes of y, dx, dscale
 // and dshift, on both backends and with [B, 1, D] modulation views.
 TEST(AdaLnOp, ASampleAloneEqualsItsBytesInABatch) {

@@ -1135,12 +1135,13 @@ void norm_rope_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int
 }
 
 // The table of path V (constant-initialised: no code runs before main).
-// ---- adaln_gate_residual
+// ---- adaln_modulation and adaln_gate_residual
 
-// The rows' format for the gate: their run-time length, and their one dtype fixed where x,
-// y and out share it (no dtype dispatch per chunk: the rows are a model's D = 3072 wide).
+// The rows' format for the modulations: their run-time length, and their one dtype fixed
+// where x, y (dy) and out share it (no dtype dispatch per chunk: the rows are a model's
+// D = 3072 wide).
 template <class Body>
-void with_gate_format(const RowPlan& p, const Body& body) {
+void with_modulation_format(const RowPlan& p, const Body& body) {
   switch (uniform_dtype(p)) {
     case static_cast<int>(DType::F32):
       return body(RowFormat<0, static_cast<int>(DType::F32)>{p.d});
@@ -1164,7 +1165,7 @@ void with_stream_flag(const RowPlan& p, const Body& body) {
   }
 }
 
-// Sample b's gate, widened to fp32 chunks (+0 past the row's end).
+// Sample b's vector, widened to fp32 chunks (+0 past the row's end).
 template <class V, class Format>
 void load_sample_vector(const SampleVector& v, std::int64_t b, Format format,
                         typename V::F (&chunks)[Format::kCapacity]) {
@@ -1172,6 +1173,75 @@ void load_sample_vector(const SampleVector& v, std::int64_t b, Format format,
   for (int c = 0; c < format.chunks(); ++c) {
     chunks[c] = load_chunk<V>(v.data, v.dtype, b * v.sample_stride, v.step, c, any);
   }
+}
+
+// contract::adaln_forward over rows [begin, end): y = LayerNorm(x) * (1 + scale) + shift
+// with kDiffusers' roundings. The row's two sums (the mean, then the squares about it)
+// take the row tree: one 16-lane accumulator chunk by chunk, then the tree halving, the
+// tail chunk's lanes past the row's end +0 in both (its x lanes are +0; its centred lanes
+// are cleared).
+template <class V, bool kStream, bool kDiffusers, class Format>
+void adaln_forward_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end) {
+  using F = typename V::F;
+  const RowPlan p = plan;
+  const std::int64_t seq = p.extents[kLeadingDims - 1];
+  const auto length = static_cast<float>(format.length());
+  const int last = format.chunks() - 1;
+  const DType x_dtype = format.dtype(p.x.dtype);
+  const DType out_dtype = format.dtype(p.out.dtype);
+  F factor[Format::kCapacity];  // the sample's 1 + scale
+  F shift[Format::kCapacity];
+  std::int64_t sample = -1;
+  RowWalk</*kDy=*/false, /*kTable=*/false> row(p, begin);
+  for (std::int64_t r = begin; r < end; ++r, row.next()) {
+    if (const std::int64_t b = r / seq; b != sample) {
+      load_sample_vector<V>(p.modulation.scale, b, format, factor);
+      load_sample_vector<V>(p.modulation.shift, b, format, shift);
+      for (int c = 0; c < format.chunks(); ++c) {
+        factor[c] = V::add(V::broadcast(1.0f), factor[c]);
+        if constexpr (kDiffusers) factor[c] = round_through<V>(p.modulation.scale.dtype, factor[c]);
+      }
+      sample = b;
+    }
+    const RowPlace at = row.place();
+    InputRows<V, Format, 1> x;
+    x.load(0, p.x, at.x, format);
+    F sum = V::zero();
+    for (int c = 0; c < format.chunks(); ++c) sum = V::add(sum, x.chunk(0, c));
+    const F mean = V::broadcast(contract::div(V::tree_reduce(sum), length));
+    F squares = V::zero();
+    for (int c = 0; c < format.chunks(); ++c) {
+      F centred = V::sub(x.chunk(0, c), mean);
+      if (c == last) centred = V::keep_first(centred, format.count(c));
+      squares = V::add(squares, V::mul(centred, centred));
+    }
+    const float var = contract::div(V::tree_reduce(squares), length);
+    const F rstd =
+        V::broadcast(contract::div(1.0f, contract::sqrt_rn(contract::add(var, p.modulation.eps))));
+    F pending = V::zero();
+    for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
+      F n = V::mul(V::sub(x.chunk(0, c), mean), rstd);
+      if constexpr (kDiffusers) n = round_through<V>(x_dtype, n);
+      F product = V::mul(n, factor[c]);
+      if constexpr (kDiffusers) product = round_through<V>(out_dtype, product);
+      put_chunk<V, false, kStream>(p.out, at.out, c, format, V::add(product, shift[c]), pending);
+    });
+  }
+  if constexpr (kStream) V::stream_fence();
+}
+
+template <class V>
+void adaln_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
+  const bool diffusers = plan.modulation.mode == contract::NormMode::Diffusers;
+  with_modulation_format(plan, [&](auto format) {
+    with_stream_flag<V>(plan, [&](auto stream) {
+      with_flags(
+          [&](auto known_diffusers) {
+            adaln_forward_rows<V, stream, known_diffusers>(plan, format, begin, end);
+          },
+          diffusers);
+    });
+  });
 }
 
 // contract::gate_residual_forward over rows [begin, end): out = x + gate * y, the product
@@ -1185,7 +1255,7 @@ void gate_forward_rows(const RowPlan& plan, Format format, std::int64_t begin, s
   RowWalk</*kDy=*/true, /*kTable=*/false> row(p, begin);
   for (std::int64_t r = begin; r < end; ++r, row.next()) {
     if (const std::int64_t b = r / seq; b != sample) {
-      load_sample_vector<V>(p.gate.gate, b, format, gate);
+      load_sample_vector<V>(p.modulation.gate, b, format, gate);
       sample = b;
     }
     const RowPlace at = row.place();
@@ -1202,8 +1272,8 @@ void gate_forward_rows(const RowPlan& plan, Format format, std::int64_t begin, s
 
 template <class V>
 void gate_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  const bool round = plan.gate.mode == contract::NormMode::Diffusers;
-  with_gate_format(plan, [&](auto format) {
+  const bool round = plan.modulation.mode == contract::NormMode::Diffusers;
+  with_modulation_format(plan, [&](auto format) {
     with_stream_flag<V>(plan, [&](auto stream) {
       with_flags(
           [&](auto known_round) {
@@ -1228,7 +1298,7 @@ void gate_backward_rows(const RowPlan& plan, Format format, std::int64_t begin, 
   RowWalk</*kDy=*/true, /*kTable=*/false> row(p, begin);
   for (std::int64_t r = begin; r < end; ++r, row.next()) {
     if (const std::int64_t b = r / seq; b != sample) {
-      load_sample_vector<V>(p.gate.gate, b, format, gate);
+      load_sample_vector<V>(p.modulation.gate, b, format, gate);
       sample = b;
     }
     const RowPlace at = row.place();
@@ -1249,7 +1319,7 @@ void gate_backward_rows(const RowPlan& plan, Format format, std::int64_t begin, 
 template <class V>
 void gate_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                           float* dgate_partial) {
-  with_gate_format(plan, [&](auto format) {
+  with_modulation_format(plan, [&](auto format) {
     with_stream_flag<V>(plan, [&](auto stream) {
       gate_backward_rows<V, stream>(plan, format, begin, end, dgate_partial);
     });
@@ -1263,6 +1333,7 @@ constexpr RowKernels row_kernels_of() {
           .rope = &rope_kernel<V>,
           .norm_rope_forward = &norm_rope_forward_kernel<V>,
           .norm_rope_backward = &norm_rope_backward_kernel<V>,
+          .adaln_forward = &adaln_forward_kernel<V>,
           .gate_residual_forward = &gate_forward_kernel<V>,
           .gate_residual_backward = &gate_backward_kernel<V>};
 }

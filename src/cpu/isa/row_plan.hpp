@@ -53,9 +53,9 @@ struct RopeParams {
   bool transpose = false;       // the backward rotation
 };
 
-// A sample's vector of d elements (adaln_gate_residual's gate), one per index of the
-// middle leading dim: rows of a [B, S, D] tensor are (1, b, s), and row r's vector is
-// sample b's, at data[b * sample_stride + i * step].
+// A sample's vector of d elements (a modulation: adaln's scale and shift, the gate), one per index
+// of the middle leading dim: rows of a [B, S, D] tensor are (1, b, s), and row r's vector is sample
+// b's, at data[b * sample_stride + i * step].
 struct SampleVector {
   const void* data = nullptr;
   DType dtype = DType::F32;
@@ -63,9 +63,14 @@ struct SampleVector {
   std::int64_t step = 1;
 };
 
-struct GateParams {
+// The modulations of adaln_modulation (scale, shift, eps) and adaln_gate_residual (gate),
+// and the rounding mode of either (Diffusers: the model dtype's roundings).
+struct ModulationParams {
+  SampleVector scale;
+  SampleVector shift;
   SampleVector gate;
-  contract::NormMode mode = contract::NormMode::Single;  // Diffusers: gate * y rounded
+  contract::NormMode mode = contract::NormMode::Single;
+  float eps = 0.0f;
 };
 
 // One problem. Each kernel reads the members its op uses:
@@ -74,8 +79,9 @@ struct GateParams {
 //   rope                  x -> out              rope
 //   norm_rope_forward     x -> out              norm, rope
 //   norm_rope_backward    x, dy -> out (dx)     norm, rope
-//   gate_residual_forward x, dy (y) -> out      gate
-//   gate_residual_backward x (dout), dy (y) -> out (dy)   gate; dw_partial: dgate
+//   adaln_forward         x -> out              modulation (scale, shift, eps)
+//   gate_residual_forward x, dy (y) -> out      modulation (gate)
+//   gate_residual_backward x (dout), dy (y) -> out (dy)   modulation (gate); dw_partial: dgate
 struct RowPlan {
   std::int64_t extents[kLeadingDims] = {1, 1, 1};
   int d = 0;
@@ -84,7 +90,7 @@ struct RowPlan {
   RowOutput out;
   NormParams norm;
   RopeParams rope;
-  GateParams gate;
+  ModulationParams modulation;
 };
 
 // A kernel computes rows [begin, end). dw_partial (backward kernels only, may be
@@ -99,6 +105,7 @@ struct RowKernels {
   RowKernel rope;
   RowKernel norm_rope_forward;
   RowKernel norm_rope_backward;
+  RowKernel adaln_forward;
   RowKernel gate_residual_forward;
   RowKernel gate_residual_backward;
 };
