@@ -171,6 +171,20 @@ RowPlan row_plan(const detail::AdaLnProblem& p) {
   return plan;
 }
 
+RowPlan row_plan(const detail::AdaLnBackwardProblem& p) {
+  RowPlan plan;
+  plan.d = p.dim;
+  plan.x = token_rows<RowInput>(p.x, p.batch, p.seq, plan);
+  plan.dy = token_rows<RowInput>(p.dy, p.batch, p.seq, plan);
+  plan.out = token_rows<RowOutput>(p.dx, p.batch, p.seq, plan);
+  plan.modulation.scale = sample_vector(p.scale);
+  plan.modulation.mode = p.mode;
+  plan.modulation.eps = p.eps;
+  plan.modulation.sums_scale = p.dscale.data != nullptr;
+  plan.modulation.sums_shift = p.dshift.data != nullptr;
+  return plan;
+}
+
 const RowKernels& row_kernels(Isa isa) {
   switch (isa) {
     case Isa::Portable:

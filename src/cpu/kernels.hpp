@@ -28,6 +28,7 @@ RowPlan row_plan(const detail::NormRopeBackwardProblem& p);
 // place), y into dy (out).
 RowPlan row_plan(const detail::GateResidualProblem& p);
 RowPlan row_plan(const detail::AdaLnProblem& p);
+RowPlan row_plan(const detail::AdaLnBackwardProblem& p);
 RowPlan row_plan(const detail::GateResidualBackwardProblem& p);
 
 }  // namespace kernel_align::cpu

@@ -29,8 +29,6 @@ void load_factors(const Problem& p, std::int64_t b, float* m) {
   for (int i = 0; i < p.dim; ++i) m[i] = contract::adaln_factor(m[i], p.mode, p.scale.dtype);
 }
 
-}  // namespace
-
 void adaln_forward_rows(const detail::AdaLnProblem& p, std::int64_t begin, std::int64_t end) {
   RowScratch& w = scratch(p.dim);
   std::int64_t sample = -1;  // whose modulation m and shift hold
@@ -52,11 +50,6 @@ void adaln_forward_rows(const detail::AdaLnProblem& p, std::int64_t begin, std::
     }
     store_row(p.y, b, s, p.dim, w.a.data());
   }
-}
-
-TokenSums adaln_token_sums_of(const detail::AdaLnBackwardProblem& p) {
-  const int outputs = (p.dscale.data != nullptr ? 1 : 0) + (p.dshift.data != nullptr ? 1 : 0);
-  return {p.batch, p.seq, p.dim, outputs};
 }
 
 void adaln_token_block_sum(const detail::AdaLnBackwardProblem& p, std::int64_t b,
@@ -81,12 +74,6 @@ void adaln_token_block_sum(const detail::AdaLnBackwardProblem& p, std::int64_t b
       for (int i = 0; i < p.dim; ++i) dshift_part[i] = contract::add(dshift_part[i], w.b[i]);
     }
   }
-}
-
-void adaln_store_token_sum(const detail::AdaLnBackwardProblem& p, std::int64_t b, int output, int i,
-                           float total) {
-  const detail::AdaLnOutput& out = output == 0 && p.dscale.data != nullptr ? p.dscale : p.dshift;
-  contract::store_output(out.dtype, out.data, out.offset(b, 0, i), total);
 }
 
 void adaln_backward_rows(const detail::AdaLnBackwardProblem& p, std::int64_t begin,
@@ -118,13 +105,37 @@ void adaln_backward_rows(const detail::AdaLnBackwardProblem& p, std::int64_t beg
   }
 }
 
+}  // namespace
+
+TokenSums adaln_token_sums_of(const detail::AdaLnBackwardProblem& p) {
+  const int outputs = (p.dscale.data != nullptr ? 1 : 0) + (p.dshift.data != nullptr ? 1 : 0);
+  return {p.batch, p.seq, p.dim, outputs};
+}
+
+void adaln_store_token_sum(const detail::AdaLnBackwardProblem& p, std::int64_t b, int output, int i,
+                           float total) {
+  const detail::AdaLnOutput& out = output == 0 && p.dscale.data != nullptr ? p.dscale : p.dshift;
+  contract::store_output(out.dtype, out.data, out.offset(b, 0, i), total);
+}
+
 void adaln_forward(const detail::AdaLnProblem& p) {
   adaln_forward_rows(p, 0, p.batch * p.seq);
 }
 
 void adaln_backward(const detail::AdaLnBackwardProblem& p) {
-  std::vector<float> scratch;
-  adaln_token_sums(p, scratch, run_in_order);
+  const TokenSums sums = adaln_token_sums_of(p);
+  if (sums.outputs > 0) {
+    std::vector<float> scratch;
+    sum_over_tokens(
+        sums, scratch, run_in_order,
+        [&](std::int64_t b, std::int64_t begin, std::int64_t end, float* const* parts) {
+          adaln_token_block_sum(p, b, begin, end, parts);
+        },
+        [&](std::int64_t b, int output, int i, float total) {
+          adaln_store_token_sum(p, b, output, i, total);
+        });
+  }
+  // dx after every sum: dx may be x or dy.
   adaln_backward_rows(p, 0, p.batch * p.seq);
 }
 

@@ -21,8 +21,6 @@ RowScratch& scratch(int d) {
   return rows;
 }
 
-}  // namespace
-
 void gate_residual_forward_rows(const detail::GateResidualProblem& p, std::int64_t begin,
                                 std::int64_t end) {
   RowScratch& w = scratch(p.dim);
@@ -43,10 +41,6 @@ void gate_residual_forward_rows(const detail::GateResidualProblem& p, std::int64
   }
 }
 
-TokenSums gate_token_sums_of(const detail::GateResidualBackwardProblem& p) {
-  return {p.batch, p.seq, p.dim, p.dgate.data != nullptr ? 1 : 0};
-}
-
 void gate_token_block_sum(const detail::GateResidualBackwardProblem& p, std::int64_t b,
                           std::int64_t begin, std::int64_t end, float* const* parts) {
   RowScratch& w = scratch(p.dim);
@@ -57,11 +51,6 @@ void gate_token_block_sum(const detail::GateResidualBackwardProblem& p, std::int
     for (int i = 0; i < p.dim; ++i)
       dgate[i] = contract::add(dgate[i], contract::mul(w.a[i], w.b[i]));
   }
-}
-
-void gate_store_token_sum(const detail::GateResidualBackwardProblem& p, std::int64_t b, int i,
-                          float total) {
-  contract::store_output(p.dgate.dtype, p.dgate.data, p.dgate.offset(b, 0, i), total);
 }
 
 void gate_residual_backward_rows(const detail::GateResidualBackwardProblem& p, std::int64_t begin,
@@ -81,13 +70,33 @@ void gate_residual_backward_rows(const detail::GateResidualBackwardProblem& p, s
   }
 }
 
+}  // namespace
+
+TokenSums gate_token_sums_of(const detail::GateResidualBackwardProblem& p) {
+  return {p.batch, p.seq, p.dim, p.dgate.data != nullptr ? 1 : 0};
+}
+
+void gate_store_token_sum(const detail::GateResidualBackwardProblem& p, std::int64_t b, int i,
+                          float total) {
+  contract::store_output(p.dgate.dtype, p.dgate.data, p.dgate.offset(b, 0, i), total);
+}
+
 void gate_residual_forward(const detail::GateResidualProblem& p) {
   gate_residual_forward_rows(p, 0, p.batch * p.seq);
 }
 
 void gate_residual_backward(const detail::GateResidualBackwardProblem& p) {
-  std::vector<float> scratch;
-  gate_token_sums(p, scratch, run_in_order);
+  const TokenSums sums = gate_token_sums_of(p);
+  if (sums.outputs > 0) {
+    std::vector<float> scratch;
+    sum_over_tokens(
+        sums, scratch, run_in_order,
+        [&](std::int64_t b, std::int64_t begin, std::int64_t end, float* const* parts) {
+          gate_token_block_sum(p, b, begin, end, parts);
+        },
+        [&](std::int64_t b, int, int i, float total) { gate_store_token_sum(p, b, i, total); });
+  }
+  // dy after every sum: dy may be dout or y.
   gate_residual_backward_rows(p, 0, p.batch * p.seq);
 }
 

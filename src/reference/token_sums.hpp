@@ -42,8 +42,9 @@ inline constexpr RunInOrder run_in_order{};
 // Runs the sums: run_tasks(count, task) calls task(t) once for each t in [0, count), in
 // any order and on any threads; block_sum(b, begin, end, parts) adds the terms of sample
 // b's tokens [begin, end) in token order into parts[o][0..D) (o < outputs, zeroed
-// before); store(b, o, i, total) writes sample b's sum i of output o. `scratch` holds the
-// block sums (tasks x outputs x D floats), kept by the caller between calls.
+// before; a task's parts are adjacent, parts[1] = parts[0] + D); store(b, o, i, total) writes
+// sample b's sum i of output o. `scratch` holds the block sums (tasks x outputs x D floats), kept
+// by the caller between calls.
 template <class RunTasks, class BlockSum, class Store>
 void sum_over_tokens(const TokenSums& s, std::vector<float>& scratch, const RunTasks& run_tasks,
                      const BlockSum& block_sum, const Store& store) {

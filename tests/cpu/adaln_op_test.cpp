@@ -82,8 +82,8 @@ TEST(AdaLnOp, SimdEqualsReferenceOnEveryPathAndThreadCount) {
 }
 
 // A model's width (3072: 192 full chunks) and strided rows (every other element of wider
-// rows, an output of its own strides): the simd paths' vector forward gives the
-// reference's bytes.
+// rows, an output of its own strides): the simd paths' vector rows give the reference's
+// bytes, forward and backward (dscale and dshift together, or dshift alone).
 TEST(AdaLnOp, WideAndStridedRowsEqualTheReference) {
   const test::RuntimeGuard guard;
   constexpr std::int64_t kB = 2, kS = 9, kD = 3072;
@@ -114,6 +114,26 @@ TEST(AdaLnOp, WideAndStridedRowsEqualTheReference) {
         for (std::int64_t e = 0; e < want.elements(); ++e) {
           ASSERT_EQ(wide_y.get(2 * e), want.get(e)) << e;
         }
+      }
+      // The backward on a batch of 300 tokens: two token blocks a sample.
+      const Inputs grads = random_inputs(dtype, kB, 300, kD, 19);
+      const auto backward = [&](bool with_scale) {
+        Results r{HostTensor(dtype, grads.x.shape()), HostTensor(dtype, grads.x.shape()),
+                  HostTensor(dtype, grads.scale.shape()), HostTensor(dtype, grads.scale.shape())};
+        adaln_modulation_backward(
+            grads.x.cview(), grads.scale.cview(), grads.dy.cview(), r.dx.view(),
+            with_scale ? std::optional(r.dscale.view()) : std::nullopt, r.dshift.view(), options);
+        return r;
+      };
+      set_backend("reference");
+      const Results want_both = backward(true);
+      const Results want_shift = backward(false);
+      set_backend("simd");
+      for (const Isa path : test::available_isas()) {
+        SCOPED_TRACE(std::string("backward ") + isa_name(path));
+        set_isa(path);
+        EXPECT_TRUE(backward(true) == want_both);
+        EXPECT_TRUE(backward(false) == want_shift);
       }
     }
   }

@@ -1175,18 +1175,52 @@ void load_sample_vector(const SampleVector& v, std::int64_t b, Format format,
   }
 }
 
+// The sample's factors 1 + scale (rounded through scale's dtype where kDiffusers).
+template <class V, bool kDiffusers, class Format>
+void load_factors(const ModulationParams& m, std::int64_t b, Format format,
+                  typename V::F (&factor)[Format::kCapacity]) {
+  load_sample_vector<V>(m.scale, b, format, factor);
+  for (int c = 0; c < format.chunks(); ++c) {
+    factor[c] = V::add(V::broadcast(1.0f), factor[c]);
+    if constexpr (kDiffusers) factor[c] = round_through<V>(m.scale.dtype, factor[c]);
+  }
+}
+
+// A row's LayerNorm statistics (contract::layernorm_row) in every lane. The row's two sums
+// (the mean, then the squares about it) take the row tree: one 16-lane accumulator chunk
+// by chunk, then the tree halving, the tail chunk's lanes past the row's end +0 in both
+// (its x lanes are +0; its centred lanes are cleared).
+template <class V>
+struct LayerNormLanes {
+  typename V::F mean;
+  typename V::F rstd;
+};
+
+template <class V, class Format, class Rows>
+KA_INLINE LayerNormLanes<V> layernorm_lanes(const Rows& x, Format format, float eps) {
+  using F = typename V::F;
+  const auto length = static_cast<float>(format.length());
+  const int last = format.chunks() - 1;
+  F sum = V::zero();
+  for (int c = 0; c < format.chunks(); ++c) sum = V::add(sum, x.chunk(0, c));
+  const F mean = V::broadcast(contract::div(V::tree_reduce(sum), length));
+  F squares = V::zero();
+  for (int c = 0; c < format.chunks(); ++c) {
+    F centred = V::sub(x.chunk(0, c), mean);
+    if (c == last) centred = V::keep_first(centred, format.count(c));
+    squares = V::add(squares, V::mul(centred, centred));
+  }
+  const float var = contract::div(V::tree_reduce(squares), length);
+  return {mean, V::broadcast(contract::div(1.0f, contract::sqrt_rn(contract::add(var, eps))))};
+}
+
 // contract::adaln_forward over rows [begin, end): y = LayerNorm(x) * (1 + scale) + shift
-// with kDiffusers' roundings. The row's two sums (the mean, then the squares about it)
-// take the row tree: one 16-lane accumulator chunk by chunk, then the tree halving, the
-// tail chunk's lanes past the row's end +0 in both (its x lanes are +0; its centred lanes
-// are cleared).
+// with kDiffusers' roundings.
 template <class V, bool kStream, bool kDiffusers, class Format>
 void adaln_forward_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end) {
   using F = typename V::F;
   const RowPlan p = plan;
   const std::int64_t seq = p.extents[kLeadingDims - 1];
-  const auto length = static_cast<float>(format.length());
-  const int last = format.chunks() - 1;
   const DType x_dtype = format.dtype(p.x.dtype);
   const DType out_dtype = format.dtype(p.out.dtype);
   F factor[Format::kCapacity];  // the sample's 1 + scale
@@ -1195,32 +1229,17 @@ void adaln_forward_rows(const RowPlan& plan, Format format, std::int64_t begin, 
   RowWalk</*kDy=*/false, /*kTable=*/false> row(p, begin);
   for (std::int64_t r = begin; r < end; ++r, row.next()) {
     if (const std::int64_t b = r / seq; b != sample) {
-      load_sample_vector<V>(p.modulation.scale, b, format, factor);
+      load_factors<V, kDiffusers>(p.modulation, b, format, factor);
       load_sample_vector<V>(p.modulation.shift, b, format, shift);
-      for (int c = 0; c < format.chunks(); ++c) {
-        factor[c] = V::add(V::broadcast(1.0f), factor[c]);
-        if constexpr (kDiffusers) factor[c] = round_through<V>(p.modulation.scale.dtype, factor[c]);
-      }
       sample = b;
     }
     const RowPlace at = row.place();
     InputRows<V, Format, 1> x;
     x.load(0, p.x, at.x, format);
-    F sum = V::zero();
-    for (int c = 0; c < format.chunks(); ++c) sum = V::add(sum, x.chunk(0, c));
-    const F mean = V::broadcast(contract::div(V::tree_reduce(sum), length));
-    F squares = V::zero();
-    for (int c = 0; c < format.chunks(); ++c) {
-      F centred = V::sub(x.chunk(0, c), mean);
-      if (c == last) centred = V::keep_first(centred, format.count(c));
-      squares = V::add(squares, V::mul(centred, centred));
-    }
-    const float var = contract::div(V::tree_reduce(squares), length);
-    const F rstd =
-        V::broadcast(contract::div(1.0f, contract::sqrt_rn(contract::add(var, p.modulation.eps))));
+    const LayerNormLanes<V> stats = layernorm_lanes<V>(x, format, p.modulation.eps);
     F pending = V::zero();
     for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
-      F n = V::mul(V::sub(x.chunk(0, c), mean), rstd);
+      F n = V::mul(V::sub(x.chunk(0, c), stats.mean), stats.rstd);
       if constexpr (kDiffusers) n = round_through<V>(x_dtype, n);
       F product = V::mul(n, factor[c]);
       if constexpr (kDiffusers) product = round_through<V>(out_dtype, product);
@@ -1238,6 +1257,85 @@ void adaln_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t 
       with_flags(
           [&](auto known_diffusers) {
             adaln_forward_rows<V, stream, known_diffusers>(plan, format, begin, end);
+          },
+          diffusers);
+    });
+  });
+}
+
+// contract's adaln backward over rows [begin, end): with n = (x - mean) * rstd (fp32) and
+// g = dy * (1 + scale), dx = rstd * ((g - sum(g) / D) - n * (sum(g n) / D)), both sums by
+// the row tree; and, where dw_partial is given (rows of one sample), the row's dscale
+// terms dy * n' (n' rounded through x's dtype where kDiffusers) and dshift terms dy added
+// into it, rows in order. Each row is read whole before its dx is written: dx may be x
+// or dy.
+template <class V, bool kStream, bool kDiffusers, class Format>
+void adaln_backward_rows(const RowPlan& plan, Format format, std::int64_t begin, std::int64_t end,
+                         float* partial) {
+  using F = typename V::F;
+  const RowPlan p = plan;
+  const std::int64_t seq = p.extents[kLeadingDims - 1];
+  const auto length = static_cast<float>(format.length());
+  const DType x_dtype = format.dtype(p.x.dtype);
+  const bool sums_scale = partial != nullptr && p.modulation.sums_scale;
+  const bool sums_shift = partial != nullptr && p.modulation.sums_shift;
+  F factor[Format::kCapacity];
+  std::int64_t sample = -1;
+  DwSums<V, Format> dscale(format);
+  DwSums<V, Format> dshift(format);
+  RowWalk</*kDy=*/true, /*kTable=*/false> row(p, begin);
+  for (std::int64_t r = begin; r < end; ++r, row.next()) {
+    if (const std::int64_t b = r / seq; b != sample) {
+      load_factors<V, kDiffusers>(p.modulation, b, format, factor);
+      sample = b;
+    }
+    const RowPlace at = row.place();
+    InputRows<V, Format, 1> x;
+    InputRows<V, Format, 1> dy;
+    x.load(0, p.x, at.x, format);
+    dy.load(0, p.dy, at.dy, format);
+    const LayerNormLanes<V> stats = layernorm_lanes<V>(x, format, p.modulation.eps);
+    F sum_g = V::zero();
+    F sum_gn = V::zero();
+    const auto sums = [&](auto scale_sums, auto shift_sums) KA_INLINE_LAMBDA {
+      for (int c = 0; c < format.chunks(); ++c) {
+        const F n = V::mul(V::sub(x.chunk(0, c), stats.mean), stats.rstd);
+        const F g = V::mul(dy.chunk(0, c), factor[c]);
+        sum_g = V::add(sum_g, g);
+        sum_gn = V::add(sum_gn, V::mul(g, n));
+        if constexpr (scale_sums) {
+          const F modulated = kDiffusers ? round_through<V>(x_dtype, n) : n;
+          dscale.add(c, V::mul(dy.chunk(0, c), modulated));
+        }
+        if constexpr (shift_sums) dshift.add(c, dy.chunk(0, c));
+      }
+    };
+    with_flags(sums, sums_scale, sums_shift);
+    const F mean_g = V::broadcast(contract::div(V::tree_reduce(sum_g), length));
+    const F mean_gn = V::broadcast(contract::div(V::tree_reduce(sum_gn), length));
+    F pending = V::zero();
+    for_each_chunk(format, [&](int c) KA_INLINE_LAMBDA {
+      const F n = V::mul(V::sub(x.chunk(0, c), stats.mean), stats.rstd);
+      const F g = V::mul(dy.chunk(0, c), factor[c]);
+      put_chunk<V, false, kStream>(
+          p.out, at.out, c, format,
+          V::mul(stats.rstd, V::sub(V::sub(g, mean_g), V::mul(n, mean_gn))), pending);
+    });
+  }
+  if (sums_scale) dscale.add_to(partial, format);
+  if (sums_shift) dshift.add_to(partial + (sums_scale ? format.length() : 0), format);
+  if constexpr (kStream) V::stream_fence();
+}
+
+template <class V>
+void adaln_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
+                           float* partial) {
+  const bool diffusers = plan.modulation.mode == contract::NormMode::Diffusers;
+  with_modulation_format(plan, [&](auto format) {
+    with_stream_flag<V>(plan, [&](auto stream) {
+      with_flags(
+          [&](auto known_diffusers) {
+            adaln_backward_rows<V, stream, known_diffusers>(plan, format, begin, end, partial);
           },
           diffusers);
     });
@@ -1334,6 +1432,7 @@ constexpr RowKernels row_kernels_of() {
           .norm_rope_forward = &norm_rope_forward_kernel<V>,
           .norm_rope_backward = &norm_rope_backward_kernel<V>,
           .adaln_forward = &adaln_forward_kernel<V>,
+          .adaln_backward = &adaln_backward_kernel<V>,
           .gate_residual_forward = &gate_forward_kernel<V>,
           .gate_residual_backward = &gate_backward_kernel<V>};
 }

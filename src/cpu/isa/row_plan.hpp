@@ -71,6 +71,10 @@ struct ModulationParams {
   SampleVector gate;
   contract::NormMode mode = contract::NormMode::Single;
   float eps = 0.0f;
+  // adaln_backward's sums over a sample's tokens that the call asks for, in dw_partial:
+  // dscale's terms in [0, d) where asked, then dshift's.
+  bool sums_scale = false;
+  bool sums_shift = false;
 };
 
 // One problem. Each kernel reads the members its op uses:
@@ -80,6 +84,8 @@ struct ModulationParams {
 //   norm_rope_forward     x -> out              norm, rope
 //   norm_rope_backward    x, dy -> out (dx)     norm, rope
 //   adaln_forward         x -> out              modulation (scale, shift, eps)
+//   adaln_backward        x, dy -> out (dx)     modulation (scale, eps); dw_partial: the
+//                                               sample's dscale, dshift terms
 //   gate_residual_forward x, dy (y) -> out      modulation (gate)
 //   gate_residual_backward x (dout), dy (y) -> out (dy)   modulation (gate); dw_partial: dgate
 struct RowPlan {
@@ -106,6 +112,7 @@ struct RowKernels {
   RowKernel norm_rope_forward;
   RowKernel norm_rope_backward;
   RowKernel adaln_forward;
+  RowKernel adaln_backward;
   RowKernel gate_residual_forward;
   RowKernel gate_residual_backward;
 };

@@ -1,5 +1,5 @@
-// adaln_modulation on the CPU: the forward's vector rows, the backward's contract rows
-// (reference/adaln.hpp) over the pool, a sample's dscale and dshift by its token blocks.
+// adaln_modulation on the CPU: the path's vector rows over the pool, a sample's dscale and
+// dshift by its token blocks.
 #include <optional>
 
 #include "cpu/cpu_backend.hpp"
@@ -17,15 +17,27 @@ void adaln_forward(const detail::AdaLnProblem& p, registry::Execution& exec) {
            [&](RowRange r) { kernel(plan, r.begin, r.end, nullptr); });
 }
 
-// The backward runs the contract's row bodies (reference/adaln.hpp) on the pool on every
-// path: no vector kernel of its own yet (docs/performance.md), so the path is noted as
-// selected and changes no instruction of it.
+// The backward: the path's vector rows, or, with dscale or dshift, by the sums' tasks (a
+// sample's block of tokens each), whose rows write dx as they add their terms.
 void adaln_backward(const detail::AdaLnBackwardProblem& p, registry::Execution& exec) {
-  exec.isa = isa_name(isa());
+  const RowKernel kernel = path_kernels(exec).adaln_backward;
+  const RowPlan plan = row_plan(p);
+  const reference::TokenSums sums = reference::adaln_token_sums_of(p);
+  if (sums.outputs == 0) {
+    for_rows(p.batch * p.seq, p.dim, exec,
+             [&](RowRange r) { kernel(plan, r.begin, r.end, nullptr); });
+    return;
+  }
   thread_local std::vector<float> scratch;  // the block sums, kept per calling thread
-  reference::adaln_token_sums(p, scratch, token_sum_tasks(exec, reference::adaln_token_sums_of(p)));
-  for_rows(p.batch * p.seq, p.dim, exec,
-           [&](RowRange r) { reference::adaln_backward_rows(p, r.begin, r.end); });
+  // The task's parts are adjacent (token_sums.hpp): the kernel's dscale then dshift.
+  reference::sum_over_tokens(
+      sums, scratch, token_sum_tasks(exec, sums),
+      [&](std::int64_t b, std::int64_t begin, std::int64_t end, float* const* parts) {
+        kernel(plan, b * p.seq + begin, b * p.seq + end, parts[0]);
+      },
+      [&](std::int64_t b, int output, int i, float total) {
+        reference::adaln_store_token_sum(p, b, output, i, total);
+      });
 }
 
 }  // namespace
