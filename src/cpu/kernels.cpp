@@ -82,12 +82,9 @@ RowPlan rows_plan(int d, const ConstTensorView& x, const ConstTensorView* dy,
   return plan;
 }
 
-// A [B, S, D] tensor of the gated residual as rows (1, b, s) of D elements.
+// A [B, S, D] tensor of adaln_modulation or adaln_gate_residual as rows (1, b, s).
 template <class Row, class Strided>
-Row token_rows(const Strided& t, std::int64_t batch, std::int64_t seq, RowPlan& plan) {
-  plan.extents[0] = 1;
-  plan.extents[1] = batch;
-  plan.extents[2] = seq;
+Row token_rows(const Strided& t) {
   Row row;
   row.data = t.data;
   row.dtype = t.dtype;
@@ -96,6 +93,24 @@ Row token_rows(const Strided& t, std::int64_t batch, std::int64_t seq, RowPlan& 
   row.strides[2] = t.strides[1];
   row.step = t.strides[2];
   return row;
+}
+
+// The [B, S, D] tokens of a modulation call as rows of D elements: x and, for a backward,
+// dy (its second input) into out, in the call's rounding mode. The op then sets the
+// modulation vectors it uses.
+template <class Problem>
+RowPlan tokens_plan(const Problem& p, const detail::AdaLnInput& x, const detail::AdaLnInput* dy,
+                    const detail::AdaLnOutput& out) {
+  RowPlan plan;
+  plan.extents[0] = 1;
+  plan.extents[1] = p.batch;
+  plan.extents[2] = p.seq;
+  plan.d = p.dim;
+  plan.x = token_rows<RowInput>(x);
+  if (dy != nullptr) plan.dy = token_rows<RowInput>(*dy);
+  plan.out = token_rows<RowOutput>(out);
+  plan.modulation.mode = p.mode;
+  return plan;
 }
 
 // A [B, D] modulation (a sequence stride of 0) as a sample's vector.
@@ -138,47 +153,28 @@ RowPlan row_plan(const detail::NormRopeBackwardProblem& p) {
 }
 
 RowPlan row_plan(const detail::GateResidualProblem& p) {
-  RowPlan plan;
-  plan.d = p.dim;
-  plan.x = token_rows<RowInput>(p.x, p.batch, p.seq, plan);
-  plan.dy = token_rows<RowInput>(p.y, p.batch, p.seq, plan);
-  plan.out = token_rows<RowOutput>(p.out, p.batch, p.seq, plan);
+  RowPlan plan = tokens_plan(p, p.x, &p.y, p.out);
   plan.modulation.gate = sample_vector(p.gate);
-  plan.modulation.mode = p.mode;
   return plan;
 }
 
 RowPlan row_plan(const detail::GateResidualBackwardProblem& p) {
-  RowPlan plan;
-  plan.d = p.dim;
-  plan.x = token_rows<RowInput>(p.dout, p.batch, p.seq, plan);
-  plan.dy = token_rows<RowInput>(p.y, p.batch, p.seq, plan);
-  plan.out = token_rows<RowOutput>(p.dy, p.batch, p.seq, plan);
+  RowPlan plan = tokens_plan(p, p.dout, &p.y, p.dy);
   plan.modulation.gate = sample_vector(p.gate);
-  plan.modulation.mode = p.mode;
   return plan;
 }
 
 RowPlan row_plan(const detail::AdaLnProblem& p) {
-  RowPlan plan;
-  plan.d = p.dim;
-  plan.x = token_rows<RowInput>(p.x, p.batch, p.seq, plan);
-  plan.out = token_rows<RowOutput>(p.y, p.batch, p.seq, plan);
+  RowPlan plan = tokens_plan(p, p.x, nullptr, p.y);
   plan.modulation.scale = sample_vector(p.scale);
   plan.modulation.shift = sample_vector(p.shift);
-  plan.modulation.mode = p.mode;
   plan.modulation.eps = p.eps;
   return plan;
 }
 
 RowPlan row_plan(const detail::AdaLnBackwardProblem& p) {
-  RowPlan plan;
-  plan.d = p.dim;
-  plan.x = token_rows<RowInput>(p.x, p.batch, p.seq, plan);
-  plan.dy = token_rows<RowInput>(p.dy, p.batch, p.seq, plan);
-  plan.out = token_rows<RowOutput>(p.dx, p.batch, p.seq, plan);
+  RowPlan plan = tokens_plan(p, p.x, &p.dy, p.dx);
   plan.modulation.scale = sample_vector(p.scale);
-  plan.modulation.mode = p.mode;
   plan.modulation.eps = p.eps;
   plan.modulation.sums_scale = p.dscale.data != nullptr;
   plan.modulation.sums_shift = p.dshift.data != nullptr;

@@ -108,6 +108,34 @@ inline auto token_sum_tasks(registry::Execution& exec, const reference::TokenSum
   };
 }
 
+// Runs `kernel` over a modulation call's [B, S, D] token rows (rows b * S + s, the plan's
+// leading extents) in ranges, one per thread.
+inline void run_token_rows(RowKernel kernel, const RowPlan& plan, registry::Execution& exec) {
+  for_rows(plan.extents[1] * plan.extents[2], plan.d, exec,
+           [&](RowRange r) { kernel(plan, r.begin, r.end, nullptr); });
+}
+
+// The same where the call may sum over each sample's tokens: as above when it sums
+// nothing (sums.outputs == 0), otherwise by the sums' tasks (a sample's block of tokens each),
+// whose rows the kernel computes while it adds their terms into the task's adjacent parts (its
+// dw_partial), and then store(b, output, i, total) writes each sample's sums
+// (reference::sum_over_tokens).
+template <class Store>
+void run_token_rows(RowKernel kernel, const RowPlan& plan, const reference::TokenSums& sums,
+                    registry::Execution& exec, const Store& store) {
+  if (sums.outputs == 0) {
+    run_token_rows(kernel, plan, exec);
+    return;
+  }
+  thread_local std::vector<float> scratch;  // the block sums, kept per calling thread
+  reference::sum_over_tokens(
+      sums, scratch, token_sum_tasks(exec, sums),
+      [&](std::int64_t b, std::int64_t begin, std::int64_t end, float* const* parts) {
+        kernel(plan, b * sums.seq + begin, b * sums.seq + end, parts[0]);
+      },
+      store);
+}
+
 // The selected path's row kernels, noted in exec.
 inline const RowKernels& path_kernels(registry::Execution& exec) {
   const Isa path = isa();

@@ -1165,6 +1165,19 @@ void with_stream_flag(const RowPlan& p, const Body& body) {
   }
 }
 
+// Calls body(format, stream, diffusers) with the compile-time facts of a modulation call:
+// its rows' format (with_modulation_format), whether it streams its output
+// (with_stream_flag) and whether it rounds as diffusers does (std::bool_constant each).
+template <class V, class Body>
+void with_modulation_call(const RowPlan& plan, const Body& body) {
+  with_modulation_format(plan, [&](auto format) {
+    with_stream_flag<V>(plan, [&](auto stream) {
+      with_flags([&](auto diffusers) { body(format, stream, diffusers); },
+                 plan.modulation.mode == contract::NormMode::Diffusers);
+    });
+  });
+}
+
 // Sample b's vector, widened to fp32 chunks (+0 past the row's end).
 template <class V, class Format>
 void load_sample_vector(const SampleVector& v, std::int64_t b, Format format,
@@ -1251,15 +1264,8 @@ void adaln_forward_rows(const RowPlan& plan, Format format, std::int64_t begin, 
 
 template <class V>
 void adaln_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  const bool diffusers = plan.modulation.mode == contract::NormMode::Diffusers;
-  with_modulation_format(plan, [&](auto format) {
-    with_stream_flag<V>(plan, [&](auto stream) {
-      with_flags(
-          [&](auto known_diffusers) {
-            adaln_forward_rows<V, stream, known_diffusers>(plan, format, begin, end);
-          },
-          diffusers);
-    });
+  with_modulation_call<V>(plan, [&](auto format, auto stream, auto diffusers) {
+    adaln_forward_rows<V, stream, diffusers>(plan, format, begin, end);
   });
 }
 
@@ -1330,15 +1336,8 @@ void adaln_backward_rows(const RowPlan& plan, Format format, std::int64_t begin,
 template <class V>
 void adaln_backward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end,
                            float* partial) {
-  const bool diffusers = plan.modulation.mode == contract::NormMode::Diffusers;
-  with_modulation_format(plan, [&](auto format) {
-    with_stream_flag<V>(plan, [&](auto stream) {
-      with_flags(
-          [&](auto known_diffusers) {
-            adaln_backward_rows<V, stream, known_diffusers>(plan, format, begin, end, partial);
-          },
-          diffusers);
-    });
+  with_modulation_call<V>(plan, [&](auto format, auto stream, auto diffusers) {
+    adaln_backward_rows<V, stream, diffusers>(plan, format, begin, end, partial);
   });
 }
 
@@ -1370,15 +1369,8 @@ void gate_forward_rows(const RowPlan& plan, Format format, std::int64_t begin, s
 
 template <class V>
 void gate_forward_kernel(const RowPlan& plan, std::int64_t begin, std::int64_t end, float*) {
-  const bool round = plan.modulation.mode == contract::NormMode::Diffusers;
-  with_modulation_format(plan, [&](auto format) {
-    with_stream_flag<V>(plan, [&](auto stream) {
-      with_flags(
-          [&](auto known_round) {
-            gate_forward_rows<V, stream, known_round>(plan, format, begin, end);
-          },
-          round);
-    });
+  with_modulation_call<V>(plan, [&](auto format, auto stream, auto diffusers) {
+    gate_forward_rows<V, stream, diffusers>(plan, format, begin, end);
   });
 }
 
