@@ -152,15 +152,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_modulation_backward_autogra
 }  // namespace
 }  // namespace kernel_align::torch_ext
 
-TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
-  m.def(
-      "adaln_modulation(Tensor x, Tensor scale, Tensor shift, float eps=1e-6, "
-      "str mode='diffusers') -> Tensor");
-  m.def(
-      "adaln_modulation_backward(Tensor x, Tensor scale, Tensor dy, float eps, str mode) -> "
-      "(Tensor, Tensor, Tensor)");
-}
-
 TORCH_LIBRARY_IMPL(kernel_align, CPU, m) {
   m.impl("adaln_modulation", &kernel_align::torch_ext::adaln_modulation);
   m.impl("adaln_modulation_backward", &kernel_align::torch_ext::adaln_modulation_backward);

@@ -154,13 +154,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_autograd(
 }  // namespace
 }  // namespace kernel_align::torch_ext
 
-TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
-  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? mask=None, str layout='bshd') -> Tensor");
-  m.def(
-      "attention_backward(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor out, Tensor dout, "
-      "str layout) -> (Tensor, Tensor, Tensor)");
-}
-
 TORCH_LIBRARY_IMPL(kernel_align, CPU, m) {
   m.impl("attention", &kernel_align::torch_ext::attention);
   m.impl("attention_backward", &kernel_align::torch_ext::attention_backward);

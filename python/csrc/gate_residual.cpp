@@ -143,13 +143,6 @@ std::tuple<at::Tensor, at::Tensor> adaln_gate_residual_backward_autograd(const a
 }  // namespace
 }  // namespace kernel_align::torch_ext
 
-TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
-  m.def("adaln_gate_residual(Tensor x, Tensor gate, Tensor y, str mode='diffusers') -> Tensor");
-  m.def(
-      "adaln_gate_residual_backward(Tensor gate, Tensor y, Tensor dout, str mode) -> "
-      "(Tensor, Tensor)");
-}
-
 TORCH_LIBRARY_IMPL(kernel_align, CPU, m) {
   m.impl("adaln_gate_residual", &kernel_align::torch_ext::adaln_gate_residual);
   m.impl("adaln_gate_residual_backward", &kernel_align::torch_ext::adaln_gate_residual_backward);

@@ -1,8 +1,8 @@
 // kernel_align::linear and kernel_align::linear_backward: torch's Linear under the
 // contract's linear tree (docs/contract.md section 10), their CPU and CUDA kernels and
-// linear's Autograd kernel, in one file: the schemas are defined here as a fragment of the
-// kernel_align library (ops.cpp defines the rest), so adding the op touched no other
-// operator's code.
+// linear's Autograd kernel, in one file (the schemas are a row each of _ops.py's operator
+// table), with the two shard utilities, defined here as a fragment of the kernel_align
+// library.
 //
 // linear's backward is linear_backward through the dispatcher (so torch.compile's
 // AOTAutograd sees both operators and their fake kernels, python/kernel_align/_ops.py);
@@ -233,12 +233,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward_autograd(
 }  // namespace kernel_align::torch_ext
 
 TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
-  m.def(
-      "linear(Tensor x, Tensor weight, Tensor? bias=None, str activation='none', "
-      "ScalarType? out_dtype=None) -> Tensor");
-  m.def(
-      "linear_backward(Tensor x, Tensor weight, Tensor? bias, Tensor dy, str activation, "
-      "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
   m.def("linear_shards_reproduce(int k, int parts) -> bool",
         &kernel_align::torch_ext::linear_shards_reproduce);
   m.def(

@@ -1,9 +1,10 @@
-// The kernel_align:: torch operators: schemas and their CPU and CUDA kernels (one set of
-// functions for both). Each kernel views its tensors in place (data pointer, sizes,
-// strides, device: no copies), allocates outputs like torch.empty_like (the fake kernels
-// in python/kernel_align/_ops.py give the same shapes and strides) and calls the library
-// entry point that every other front end uses, on torch's current stream for CUDA
-// tensors. Autograd is in autograd.cpp, the fake kernels are registered from Python.
+// The CPU and CUDA kernels (one set of functions for both) of the norm and RoPE torch
+// operators, whose schemas python/kernel_align/_ops.py defines with every other library
+// op's (one table, from which the fake kernels are derived too). Each kernel views its tensors in
+// place (data pointer, sizes, strides, device: no copies), allocates outputs like torch.empty_like
+// (the fake kernels in python/kernel_align/_ops.py give the same shapes and strides) and calls the
+// library entry point that every other front end uses, on torch's current stream for CUDA tensors.
+// Autograd is in autograd.cpp.
 //
 // Outputs are allocated only once the call is known to be valid: the library's validation
 // (api/ops/<op>.hpp) runs first on stand-in outputs (StandIns, outputs.hpp), then the outputs'
@@ -392,80 +393,6 @@ void qk_norm_rope_backward_out(const at::Tensor& q, const at::Tensor& k, const a
 
 }  // namespace
 }  // namespace kernel_align::torch_ext
-
-// The norm mode is `norm_mode` in the schemas: torch's dispatch to Python modes passes a
-// `mode` argument of its own, which an op argument of that name collides with.
-TORCH_LIBRARY(kernel_align, m) {
-  const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
-  m.def(
-      "qk_rmsnorm(Tensor x, Tensor? weight=None, float eps=1e-06, str norm_mode='single', "
-      "ScalarType? out_dtype=None) -> Tensor",
-      tags);
-  m.def(
-      "qk_rmsnorm_backward(Tensor x, Tensor dy, Tensor? weight, float eps, str norm_mode, "
-      "bool compute_dw) -> (Tensor dx, Tensor dw)",
-      tags);
-  m.def(
-      "multi_axis_rope(Tensor x, Tensor cos, Tensor sin, str pairing='interleaved', "
-      "str layout='bshd') -> Tensor",
-      tags);
-  m.def(
-      "multi_axis_rope_(Tensor(a!) x, Tensor cos, Tensor sin, str pairing='interleaved', "
-      "str layout='bshd') -> ()",
-      tags);
-  m.def(
-      "multi_axis_rope_backward(Tensor dy, Tensor cos, Tensor sin, str pairing, str layout) "
-      "-> Tensor",
-      tags);
-  m.def(
-      "qk_norm_rope(Tensor q, Tensor k, Tensor? text_q_weight, Tensor? text_k_weight, "
-      "Tensor? image_q_weight, Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, "
-      "float eps=1e-06, str norm_mode='diffusers', str pairing='interleaved', str layout='bshd', "
-      "ScalarType? out_dtype=None) -> (Tensor q_out, Tensor k_out)",
-      tags);
-  m.def(
-      "qk_norm_rope_(Tensor(a!) q, Tensor(b!) k, Tensor? text_q_weight, Tensor? text_k_weight, "
-      "Tensor? image_q_weight, Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, "
-      "float eps=1e-06, str norm_mode='diffusers', str pairing='interleaved', str layout='bshd') "
-      "-> ()",
-      tags);
-  m.def(
-      "qk_norm_rope_backward(Tensor q, Tensor k, Tensor dq_out, Tensor dk_out, "
-      "Tensor? text_q_weight, Tensor? text_k_weight, Tensor? image_q_weight, "
-      "Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, float eps, str norm_mode, "
-      "str pairing, str layout, bool[4] compute_dw) -> (Tensor dq, Tensor dk, "
-      "Tensor dw_text_q, Tensor dw_text_k, Tensor dw_image_q, Tensor dw_image_k)",
-      tags);
-  // The out= variants (ops.cpp): the outputs given, mutated, nothing returned (as the
-  // in-place ops: torch.compile functionalises such ops), their dtypes the outputs' own.
-  m.def("qk_rmsnorm_out(Tensor x, Tensor? weight, float eps, str norm_mode, Tensor(a!) out) -> ()",
-        tags);
-  m.def(
-      "qk_rmsnorm_backward_out(Tensor x, Tensor dy, Tensor? weight, float eps, str norm_mode, "
-      "Tensor(a!) dx, Tensor(b!)? dw) -> ()",
-      tags);
-  m.def(
-      "multi_axis_rope_out(Tensor x, Tensor cos, Tensor sin, str pairing, str layout, "
-      "Tensor(a!) out) -> ()",
-      tags);
-  m.def(
-      "multi_axis_rope_backward_out(Tensor dy, Tensor cos, Tensor sin, str pairing, "
-      "str layout, Tensor(a!) dx) -> ()",
-      tags);
-  m.def(
-      "qk_norm_rope_out(Tensor q, Tensor k, Tensor? text_q_weight, Tensor? text_k_weight, "
-      "Tensor? image_q_weight, Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, "
-      "float eps, str norm_mode, str pairing, str layout, Tensor(a!) q_out, "
-      "Tensor(b!) k_out) -> ()",
-      tags);
-  m.def(
-      "qk_norm_rope_backward_out(Tensor q, Tensor k, Tensor dq_out, Tensor dk_out, "
-      "Tensor? text_q_weight, Tensor? text_k_weight, Tensor? image_q_weight, "
-      "Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, float eps, str norm_mode, "
-      "str pairing, str layout, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!)? dw_text_q, "
-      "Tensor(d!)? dw_text_k, Tensor(e!)? dw_image_q, Tensor(f!)? dw_image_k) -> ()",
-      tags);
-}
 
 namespace kernel_align::torch_ext {
 namespace {

@@ -14,6 +14,8 @@ import numbers
 import operator
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -143,195 +145,151 @@ def _no_gradient(like: torch.Tensor) -> torch.Tensor:
     return like.new_empty((0,), dtype=torch.float32)
 
 
-# ---------------------------------------------------------------------------------------
-# qk_rmsnorm
+def _like(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    # empty_like keeps a dense input's strides, as the C++ kernels' outputs do.
+    return torch.empty_like(tensor, dtype=tensor.dtype if dtype is None else dtype)
 
 
-@torch.library.register_fake("kernel_align::qk_rmsnorm")
-def _qk_rmsnorm_fake(x, weight=None, eps=1e-6, norm_mode="single", out_dtype=None):
-    check_tensors("qk_rmsnorm", ("weight",), x=x, weight=weight)
-    return torch.empty_like(x, dtype=x.dtype if out_dtype is None else out_dtype)
+class _Operator(NamedTuple):
+    """One operator of ``torch.ops.kernel_align`` that runs a library op: its schema (the
+    name and everything after it) and its outputs as a function of the bound arguments
+    (None for the operators that write into their arguments). ``reported_as`` is the name
+    the fake kernel's errors give (the Python function whose out= reaches the operator)."""
+    schema: str
+    outputs: Callable[[SimpleNamespace], object] | None = None
+    reported_as: str | None = None
 
 
-@torch.library.register_fake("kernel_align::qk_rmsnorm_backward")
-def _qk_rmsnorm_backward_fake(x, dy, weight, eps, norm_mode, compute_dw):
-    check_tensors("qk_rmsnorm_backward", ("weight",), x=x, dy=dy, weight=weight)
-    dw = torch.empty_like(weight) if compute_dw else _no_gradient(x)
-    return torch.empty_like(x), dw
+# The library ops' torch operators, written once: the definitions (with the pt2_compliant
+# tag) and the fake kernels (shapes, dtypes and strides, for FakeTensor and torch.compile)
+# are derived from these rows; csrc/*.cpp registers only the kernels (CPU, CUDA, Autograd)
+# under these names. The norm mode is `norm_mode` in the norms' schemas: torch's dispatch to
+# Python modes passes a `mode` argument of its own, which an op argument of that name
+# collides with. The out= variants take the outputs given, mutate them and return nothing
+# (as the in-place ops: torch.compile functionalises such ops), their dtypes the outputs'
+# own; their fake kernels check what the schema cannot, and the shapes and dtypes are the
+# C++ validation's.
+_OPERATORS = (
+    # qk_rmsnorm (csrc/ops.cpp)
+    _Operator("qk_rmsnorm(Tensor x, Tensor? weight=None, float eps=1e-06, "
+              "str norm_mode='single', ScalarType? out_dtype=None) -> Tensor",
+              lambda a: _like(a.x, a.out_dtype)),
+    _Operator("qk_rmsnorm_backward(Tensor x, Tensor dy, Tensor? weight, float eps, "
+              "str norm_mode, bool compute_dw) -> (Tensor dx, Tensor dw)",
+              lambda a: (_like(a.x), _like(a.weight) if a.compute_dw else _no_gradient(a.x))),
+    _Operator("qk_rmsnorm_out(Tensor x, Tensor? weight, float eps, str norm_mode, "
+              "Tensor(a!) out) -> ()", reported_as="qk_rmsnorm"),
+    _Operator("qk_rmsnorm_backward_out(Tensor x, Tensor dy, Tensor? weight, float eps, "
+              "str norm_mode, Tensor(a!) dx, Tensor(b!)? dw) -> ()"),
+    # multi_axis_rope (csrc/ops.cpp)
+    _Operator("multi_axis_rope(Tensor x, Tensor cos, Tensor sin, str pairing='interleaved', "
+              "str layout='bshd') -> Tensor", lambda a: _like(a.x)),
+    _Operator("multi_axis_rope_(Tensor(a!) x, Tensor cos, Tensor sin, "
+              "str pairing='interleaved', str layout='bshd') -> ()"),
+    _Operator("multi_axis_rope_backward(Tensor dy, Tensor cos, Tensor sin, str pairing, "
+              "str layout) -> Tensor", lambda a: _like(a.dy)),
+    _Operator("multi_axis_rope_out(Tensor x, Tensor cos, Tensor sin, str pairing, str layout, "
+              "Tensor(a!) out) -> ()", reported_as="multi_axis_rope"),
+    _Operator("multi_axis_rope_backward_out(Tensor dy, Tensor cos, Tensor sin, str pairing, "
+              "str layout, Tensor(a!) dx) -> ()"),
+    # qk_norm_rope (csrc/ops.cpp)
+    _Operator("qk_norm_rope(Tensor q, Tensor k, Tensor? text_q_weight, Tensor? text_k_weight, "
+              "Tensor? image_q_weight, Tensor? image_k_weight, Tensor cos, Tensor sin, "
+              "int text_len, float eps=1e-06, str norm_mode='diffusers', "
+              "str pairing='interleaved', str layout='bshd', ScalarType? out_dtype=None) -> "
+              "(Tensor q_out, Tensor k_out)",
+              lambda a: (_like(a.q, a.out_dtype), _like(a.k, a.out_dtype))),
+    _Operator("qk_norm_rope_(Tensor(a!) q, Tensor(b!) k, Tensor? text_q_weight, "
+              "Tensor? text_k_weight, Tensor? image_q_weight, Tensor? image_k_weight, "
+              "Tensor cos, Tensor sin, int text_len, float eps=1e-06, "
+              "str norm_mode='diffusers', str pairing='interleaved', str layout='bshd') -> ()"),
+    _Operator("qk_norm_rope_backward(Tensor q, Tensor k, Tensor dq_out, Tensor dk_out, "
+              "Tensor? text_q_weight, Tensor? text_k_weight, Tensor? image_q_weight, "
+              "Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, float eps, "
+              "str norm_mode, str pairing, str layout, bool[4] compute_dw) -> (Tensor dq, "
+              "Tensor dk, Tensor dw_text_q, Tensor dw_text_k, Tensor dw_image_q, "
+              "Tensor dw_image_k)",
+              lambda a: (_like(a.q), _like(a.k)) + tuple(
+                  _like(w) if wanted else _no_gradient(a.q)
+                  for w, wanted in zip((a.text_q_weight, a.text_k_weight, a.image_q_weight,
+                                        a.image_k_weight), a.compute_dw))),
+    _Operator("qk_norm_rope_out(Tensor q, Tensor k, Tensor? text_q_weight, "
+              "Tensor? text_k_weight, Tensor? image_q_weight, Tensor? image_k_weight, "
+              "Tensor cos, Tensor sin, int text_len, float eps, str norm_mode, str pairing, "
+              "str layout, Tensor(a!) q_out, Tensor(b!) k_out) -> ()", reported_as="qk_norm_rope"),
+    _Operator("qk_norm_rope_backward_out(Tensor q, Tensor k, Tensor dq_out, Tensor dk_out, "
+              "Tensor? text_q_weight, Tensor? text_k_weight, Tensor? image_q_weight, "
+              "Tensor? image_k_weight, Tensor cos, Tensor sin, int text_len, float eps, "
+              "str norm_mode, str pairing, str layout, Tensor(a!) dq, Tensor(b!) dk, "
+              "Tensor(c!)? dw_text_q, Tensor(d!)? dw_text_k, Tensor(e!)? dw_image_q, "
+              "Tensor(f!)? dw_image_k) -> ()"),
+    # linear (csrc/linear.cpp): y contiguous, x's leading dims and N; the gradients like the
+    # tensors they belong to, an empty tensor for one the mask leaves out.
+    _Operator("linear(Tensor x, Tensor weight, Tensor? bias=None, str activation='none', "
+              "ScalarType? out_dtype=None) -> Tensor",
+              lambda a: a.x.new_empty((*a.x.shape[:-1], a.weight.shape[0]),
+                                      dtype=a.x.dtype if a.out_dtype is None else a.out_dtype)),
+    _Operator("linear_backward(Tensor x, Tensor weight, Tensor? bias, Tensor dy, "
+              "str activation, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
+              lambda a: tuple(_like(t) if wanted else a.x.new_empty((0,))
+                              for t, wanted in zip((a.x, a.weight, a.bias), a.output_mask))),
+    # attention (csrc/attention.cpp): out and the gradients like the inputs they belong to.
+    _Operator("attention(Tensor q, Tensor k, Tensor v, Tensor? mask=None, "
+              "str layout='bshd') -> Tensor", lambda a: _like(a.q)),
+    _Operator("attention_backward(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor out, "
+              "Tensor dout, str layout) -> (Tensor, Tensor, Tensor)",
+              lambda a: (_like(a.q), _like(a.k), _like(a.v))),
+    # adaln_modulation (csrc/adaln.cpp): y like x, the gradients like x and scale.
+    _Operator("adaln_modulation(Tensor x, Tensor scale, Tensor shift, float eps=1e-6, "
+              "str mode='diffusers') -> Tensor", lambda a: _like(a.x)),
+    _Operator("adaln_modulation_backward(Tensor x, Tensor scale, Tensor dy, float eps, "
+              "str mode) -> (Tensor, Tensor, Tensor)",
+              lambda a: (_like(a.x), _like(a.scale), _like(a.scale))),
+    # adaln_gate_residual (csrc/gate_residual.cpp): out like x, the gradients like y and gate.
+    _Operator("adaln_gate_residual(Tensor x, Tensor gate, Tensor y, str mode='diffusers') -> "
+              "Tensor", lambda a: _like(a.x)),
+    _Operator("adaln_gate_residual_backward(Tensor gate, Tensor y, Tensor dout, str mode) -> "
+              "(Tensor, Tensor)", lambda a: (_like(a.y), _like(a.gate))),
+)
 
 
-# ---------------------------------------------------------------------------------------
-# multi_axis_rope
+def _is_tensor_argument(argument) -> bool:
+    kind = argument.type
+    if isinstance(kind, torch.OptionalType):
+        kind = kind.getElementType()
+    return kind == torch.TensorType.get()
 
 
-@torch.library.register_fake("kernel_align::multi_axis_rope")
-def _multi_axis_rope_fake(x, cos, sin, pairing="interleaved", layout="bshd"):
-    check_tensors("multi_axis_rope", x=x, cos=cos, sin=sin)
-    return torch.empty_like(x)
+def _fake_kernel(schema, row: _Operator):
+    """The fake kernel of one row: the arguments bound to the schema's names (defaults
+    filled in), every tensor argument checked as the Python functions check them (the
+    optional ones may be None), then the row's outputs."""
+    names = [argument.name for argument in schema.arguments]
+    defaults = {argument.name: argument.default_value for argument in schema.arguments
+                if argument.has_default_value()}
+    tensors = [argument.name for argument in schema.arguments if _is_tensor_argument(argument)]
+    optional = tuple(argument.name for argument in schema.arguments
+                     if _is_tensor_argument(argument)
+                     and isinstance(argument.type, torch.OptionalType))
+    reported = row.reported_as or schema.name.split("::")[1]
+
+    def fake(*args, **kwargs):
+        bound = {**defaults, **dict(zip(names, args)), **kwargs}
+        check_tensors(reported, optional, **{name: bound[name] for name in tensors})
+        return None if row.outputs is None else row.outputs(SimpleNamespace(**bound))
+
+    fake.__name__ = f"_{schema.name.split('::')[1]}_fake"
+    return fake
 
 
-@torch.library.register_fake("kernel_align::multi_axis_rope_")
-def _multi_axis_rope_inplace_fake(x, cos, sin, pairing="interleaved", layout="bshd"):
-    check_tensors("multi_axis_rope_", x=x, cos=cos, sin=sin)
+def _define_operators() -> torch.library.Library:
+    library = torch.library.Library("kernel_align", "FRAGMENT")
+    for row in _OPERATORS:
+        library.define(row.schema, tags=(torch.Tag.pt2_compliant_tag,))
+        schema = torch._C.parse_schema(f"kernel_align::{row.schema}")
+        torch.library.register_fake(schema.name, _fake_kernel(schema, row), lib=library)
+    return library
 
 
-@torch.library.register_fake("kernel_align::multi_axis_rope_backward")
-def _multi_axis_rope_backward_fake(dy, cos, sin, pairing, layout):
-    check_tensors("multi_axis_rope_backward", dy=dy, cos=cos, sin=sin)
-    return torch.empty_like(dy)
-
-
-# ---------------------------------------------------------------------------------------
-# qk_norm_rope
-
-
-@torch.library.register_fake("kernel_align::qk_norm_rope")
-def _qk_norm_rope_fake(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight, cos,
-                       sin, text_len, eps=1e-6, norm_mode="diffusers", pairing="interleaved",
-                       layout="bshd", out_dtype=None):
-    check_tensors("qk_norm_rope", FUSED_WEIGHT_NAMES, q=q, k=k, text_q_weight=text_q_weight,
-              text_k_weight=text_k_weight, image_q_weight=image_q_weight,
-              image_k_weight=image_k_weight, cos=cos, sin=sin)
-    return (torch.empty_like(q, dtype=q.dtype if out_dtype is None else out_dtype),
-            torch.empty_like(k, dtype=k.dtype if out_dtype is None else out_dtype))
-
-
-@torch.library.register_fake("kernel_align::qk_norm_rope_")
-def _qk_norm_rope_inplace_fake(q, k, text_q_weight, text_k_weight, image_q_weight,
-                               image_k_weight, cos, sin, text_len, eps=1e-6, norm_mode="diffusers",
-                               pairing="interleaved", layout="bshd"):
-    check_tensors("qk_norm_rope_", FUSED_WEIGHT_NAMES, q=q, k=k, text_q_weight=text_q_weight,
-              text_k_weight=text_k_weight, image_q_weight=image_q_weight,
-              image_k_weight=image_k_weight, cos=cos, sin=sin)
-
-
-@torch.library.register_fake("kernel_align::qk_norm_rope_backward")
-def _qk_norm_rope_backward_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weight,
-                                image_q_weight, image_k_weight, cos, sin, text_len, eps, norm_mode,
-                                pairing, layout, compute_dw):
-    weights = (text_q_weight, text_k_weight, image_q_weight, image_k_weight)
-    check_tensors("qk_norm_rope_backward", FUSED_WEIGHT_NAMES, q=q, k=k, dq_out=dq_out, dk_out=dk_out,
-              text_q_weight=text_q_weight, text_k_weight=text_k_weight,
-              image_q_weight=image_q_weight, image_k_weight=image_k_weight, cos=cos, sin=sin)
-    dws = tuple(torch.empty_like(w) if wanted else _no_gradient(q)
-                for w, wanted in zip(weights, compute_dw))
-    return (torch.empty_like(q), torch.empty_like(k)) + dws
-
-
-
-
-# ---------------------------------------------------------------------------------------
-# linear (csrc/linear.cpp): y contiguous, x's leading dims and N; the gradients like the
-# tensors they belong to.
-
-
-@torch.library.register_fake("kernel_align::linear")
-def _linear_fake(x, weight, bias=None, activation="none", out_dtype=None):
-    check_tensors("linear", ("bias",), x=x, weight=weight, bias=bias)
-    return x.new_empty((*x.shape[:-1], weight.shape[0]),
-                       dtype=x.dtype if out_dtype is None else out_dtype)
-
-
-@torch.library.register_fake("kernel_align::linear_backward")
-def _linear_backward_fake(x, weight, bias, dy, activation, output_mask):
-    check_tensors("linear_backward", ("bias",), x=x, weight=weight, bias=bias, dy=dy)
-    wanted = (torch.empty_like(x) if output_mask[0] else x.new_empty((0,)),
-              torch.empty_like(weight) if output_mask[1] else x.new_empty((0,)),
-              torch.empty_like(bias) if output_mask[2] else x.new_empty((0,)))
-    return wanted
-
-
-# ---------------------------------------------------------------------------------------
-# attention (csrc/attention.cpp): out and the gradients like the inputs they belong to.
-
-
-@torch.library.register_fake("kernel_align::attention")
-def _attention_fake(q, k, v, mask=None, layout="bshd"):
-    check_tensors("attention", ("mask",), q=q, k=k, v=v, mask=mask)
-    return torch.empty_like(q)
-
-
-@torch.library.register_fake("kernel_align::attention_backward")
-def _attention_backward_fake(q, k, v, mask, out, dout, layout):
-    check_tensors("attention_backward", ("mask",), q=q, k=k, v=v, mask=mask, out=out, dout=dout)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-# ---------------------------------------------------------------------------------------
-# adaln_modulation (csrc/adaln.cpp): y like x, the gradients like x and scale.
-
-
-@torch.library.register_fake("kernel_align::adaln_modulation")
-def _adaln_modulation_fake(x, scale, shift, eps=1e-6, mode="diffusers"):
-    check_tensors("adaln_modulation", x=x, scale=scale, shift=shift)
-    return torch.empty_like(x)
-
-
-@torch.library.register_fake("kernel_align::adaln_modulation_backward")
-def _adaln_modulation_backward_fake(x, scale, dy, eps, mode):
-    check_tensors("adaln_modulation_backward", x=x, scale=scale, dy=dy)
-    return torch.empty_like(x), torch.empty_like(scale), torch.empty_like(scale)
-
-
-# ---------------------------------------------------------------------------------------
-# adaln_gate_residual (csrc/gate_residual.cpp): out like x, the gradients like y and gate.
-
-
-@torch.library.register_fake("kernel_align::adaln_gate_residual")
-def _adaln_gate_residual_fake(x, gate, y, mode="diffusers"):
-    check_tensors("adaln_gate_residual", x=x, gate=gate, y=y)
-    return torch.empty_like(x)
-
-
-@torch.library.register_fake("kernel_align::adaln_gate_residual_backward")
-def _adaln_gate_residual_backward_fake(gate, y, dout, mode):
-    check_tensors("adaln_gate_residual_backward", gate=gate, y=y, dout=dout)
-    return torch.empty_like(y), torch.empty_like(gate)
-
-
-# ---------------------------------------------------------------------------------------
-# out= variants: the outputs given, written, nothing returned (csrc/ops.cpp). The fake
-# kernels check what the schema cannot; shapes and dtypes are the C++ validation's.
-
-
-@torch.library.register_fake("kernel_align::qk_rmsnorm_out")
-def _qk_rmsnorm_out_fake(x, weight, eps, norm_mode, out):
-    check_tensors("qk_rmsnorm", ("weight",), x=x, weight=weight, out=out)
-
-
-@torch.library.register_fake("kernel_align::qk_rmsnorm_backward_out")
-def _qk_rmsnorm_backward_out_fake(x, dy, weight, eps, norm_mode, dx, dw):
-    check_tensors("qk_rmsnorm_backward_out", ("weight", "dw"), x=x, dy=dy, weight=weight, dx=dx,
-                  dw=dw)
-
-
-@torch.library.register_fake("kernel_align::multi_axis_rope_out")
-def _multi_axis_rope_out_fake(x, cos, sin, pairing, layout, out):
-    check_tensors("multi_axis_rope", x=x, cos=cos, sin=sin, out=out)
-
-
-@torch.library.register_fake("kernel_align::multi_axis_rope_backward_out")
-def _multi_axis_rope_backward_out_fake(dy, cos, sin, pairing, layout, dx):
-    check_tensors("multi_axis_rope_backward_out", dy=dy, cos=cos, sin=sin, dx=dx)
-
-
-@torch.library.register_fake("kernel_align::qk_norm_rope_out")
-def _qk_norm_rope_out_fake(q, k, text_q_weight, text_k_weight, image_q_weight, image_k_weight,
-                           cos, sin, text_len, eps, norm_mode, pairing, layout, q_out, k_out):
-    check_tensors("qk_norm_rope", FUSED_WEIGHT_NAMES, q=q, k=k, text_q_weight=text_q_weight,
-                  text_k_weight=text_k_weight, image_q_weight=image_q_weight,
-                  image_k_weight=image_k_weight, cos=cos, sin=sin, q_out=q_out, k_out=k_out)
-
-
-@torch.library.register_fake("kernel_align::qk_norm_rope_backward_out")
-def _qk_norm_rope_backward_out_fake(q, k, dq_out, dk_out, text_q_weight, text_k_weight,
-                                    image_q_weight, image_k_weight, cos, sin, text_len, eps,
-                                    norm_mode, pairing, layout, dq, dk, dw_text_q, dw_text_k,
-                                    dw_image_q, dw_image_k):
-    dw_names = ("dw_text_q", "dw_text_k", "dw_image_q", "dw_image_k")
-    check_tensors("qk_norm_rope_backward_out", FUSED_WEIGHT_NAMES + dw_names, q=q, k=k,
-                  dq_out=dq_out, dk_out=dk_out, text_q_weight=text_q_weight,
-                  text_k_weight=text_k_weight, image_q_weight=image_q_weight,
-                  image_k_weight=image_k_weight, cos=cos, sin=sin, dq=dq, dk=dk,
-                  dw_text_q=dw_text_q, dw_text_k=dw_text_k, dw_image_q=dw_image_q,
-                  dw_image_k=dw_image_k)
+# Held for the life of the process: the definitions go with the Library object.
+_LIBRARY = _define_operators()

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import kernel_align as ka
+from kernel_align._ops import _OPERATORS
 from formulas import assert_bitwise, assert_close, rope, rstd_torch_mean
 
 OPS = torch.ops.kernel_align
@@ -242,6 +243,28 @@ def test_opcheck(generator):
     kernels against the real ones, autograd registration, AOT dispatch."""
     for op, args in _opcheck_cases(generator):
         torch.library.opcheck(op, args)
+
+
+def test_operator_table_defines_every_kernel():
+    """The library ops' operators come from one table (_ops.py's _OPERATORS): each row is
+    defined as written, tagged pt2_compliant, and has CPU, Autograd and fake (Meta) kernels;
+    and every operator with a C++ CPU kernel is a row, so a kernel registered without its
+    row (an operator nobody defined) is caught here."""
+    rows = {}
+    for row in _OPERATORS:
+        schema = torch._C.parse_schema(f"kernel_align::{row.schema}")
+        rows[schema.name] = schema
+    assert len(rows) == len(_OPERATORS), "an operator is defined twice"
+    for name, schema in rows.items():
+        packet = getattr(OPS, name.split("::")[1])
+        assert str(packet.default._schema) == str(schema)
+        assert torch.Tag.pt2_compliant_tag in packet.default.tags, name
+        for key in ("CPU", "Autograd", "Meta"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(name, key), (name, key)
+    with_cpu_kernels = {name for name in torch._C._dispatch_get_all_op_names()
+                        if name.startswith("kernel_align::")
+                        and torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU")}
+    assert with_cpu_kernels == set(rows)
 
 
 def test_compile_fullgraph_forward_backward(generator):
