@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/device_plans.hpp"
 #include "cuda/plan.hpp"
 #include "cuda/rebase.hpp"
 #include "kernel_align/fingerprints.hpp"
@@ -278,19 +279,11 @@ registry::Kernels host_kernels() {
 
 registry::Kernels device_kernels() {
   registry::Kernels k;
-  k.set<OpType::QkRmsNorm, Direction::Forward>(
-      on_device<detail::RmsNormForwardProblem, plan::rmsnorm_forward>);
-  k.set<OpType::QkRmsNorm, Direction::Backward>(
-      on_device<detail::RmsNormBackwardProblem, plan::rmsnorm_backward>);
-  k.set<OpType::MultiAxisRope, Direction::Forward>(on_device<detail::RopeProblem, plan::rope>);
-  k.set<OpType::MultiAxisRope, Direction::Backward>(on_device<detail::RopeProblem, plan::rope>);
-  k.set<OpType::QkNormRope, Direction::Forward>(
-      on_device<detail::QkNormRopeForwardProblem, plan::qk_norm_rope_forward>);
-  k.set<OpType::QkNormRope, Direction::Backward>(
-      on_device<detail::QkNormRopeBackwardProblem, plan::qk_norm_rope_backward>);
-  k.set<OpType::Linear, Direction::Forward>(on_device<detail::GemmProblem, plan::gemm>);
-  k.set<OpType::Linear, Direction::Backward>(
-      on_device<detail::LinearBackwardProblem, plan::linear_backward>);
+#define KERNEL_ALIGN_ON_DEVICE(op, direction, step) \
+  k.set<OpType::op, Direction::direction>(          \
+      on_device<detail::Problem<OpType::op, Direction::direction>, plan::step>);
+  KERNEL_ALIGN_CUDA_PLANS(KERNEL_ALIGN_ON_DEVICE)
+#undef KERNEL_ALIGN_ON_DEVICE
   return k;
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "cuda/device_plans.hpp"
 #include "cuda/emulator/grid_emulator.hpp"
 #include "cuda/plan.hpp"
 
@@ -70,19 +71,11 @@ registry::Backend emulated_cuda_backend() {
   b.unavailable_reason = [] { return std::string(); };
   b.isa_paths = [] { return std::string("the CUDA kernels on the grid emulator"); };
   b.fingerprint = "emulated";
-  b.kernels.set<OpType::QkRmsNorm, Direction::Forward>(
-      run<detail::RmsNormForwardProblem, plan::rmsnorm_forward>);
-  b.kernels.set<OpType::QkRmsNorm, Direction::Backward>(
-      run<detail::RmsNormBackwardProblem, plan::rmsnorm_backward>);
-  b.kernels.set<OpType::MultiAxisRope, Direction::Forward>(run<detail::RopeProblem, plan::rope>);
-  b.kernels.set<OpType::MultiAxisRope, Direction::Backward>(run<detail::RopeProblem, plan::rope>);
-  b.kernels.set<OpType::QkNormRope, Direction::Forward>(
-      run<detail::QkNormRopeForwardProblem, plan::qk_norm_rope_forward>);
-  b.kernels.set<OpType::QkNormRope, Direction::Backward>(
-      run<detail::QkNormRopeBackwardProblem, plan::qk_norm_rope_backward>);
-  b.kernels.set<OpType::Linear, Direction::Forward>(run<detail::GemmProblem, plan::gemm>);
-  b.kernels.set<OpType::Linear, Direction::Backward>(
-      run<detail::LinearBackwardProblem, plan::linear_backward>);
+#define KERNEL_ALIGN_EMULATED(op, direction, step) \
+  b.kernels.set<OpType::op, Direction::direction>( \
+      run<detail::Problem<OpType::op, Direction::direction>, plan::step>);
+  KERNEL_ALIGN_CUDA_PLANS(KERNEL_ALIGN_EMULATED)
+#undef KERNEL_ALIGN_EMULATED
   b.batch_digests = [](const ConstTensorView& v, const registry::Execution&) {
     registry::Execution digest_exec;
     EmulatedExecutor executor(digest_exec);

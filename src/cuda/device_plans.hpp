@@ -1,0 +1,25 @@
+// Every (op, direction) the CUDA kernels run, and its plan: the device backend
+// (cuda_backend.cu) and the emulated one (emulator/emulated_backend.cpp) set their kernels
+// from this one list, so the emulator proves exactly what a GPU runs. An op absent here
+// runs on the device only through the host fallback ("cuda-host").
+//
+// KERNEL_ALIGN_CUDA_PLANS(X) calls X(OpType enumerator, Direction enumerator, plan) once
+// per kernel; the problem type is detail::Problem<op, direction>.
+#pragma once
+
+#include "cuda/modulation_plan.hpp"
+#include "cuda/plan.hpp"
+
+#define KERNEL_ALIGN_CUDA_PLANS(X)                     \
+  X(QkRmsNorm, Forward, rmsnorm_forward)               \
+  X(QkRmsNorm, Backward, rmsnorm_backward)             \
+  X(MultiAxisRope, Forward, rope)                      \
+  X(MultiAxisRope, Backward, rope)                     \
+  X(QkNormRope, Forward, qk_norm_rope_forward)         \
+  X(QkNormRope, Backward, qk_norm_rope_backward)       \
+  X(Linear, Forward, gemm)                             \
+  X(Linear, Backward, linear_backward)                 \
+  X(AdaLnModulation, Forward, adaln_forward)           \
+  X(AdaLnModulation, Backward, adaln_backward)         \
+  X(AdaLnGateResidual, Forward, gate_residual_forward) \
+  X(AdaLnGateResidual, Backward, gate_residual_backward)

@@ -1,0 +1,134 @@
+// adaln_modulation's and adaln_gate_residual's launches (device/modulation_kernels.cuh),
+// from their validated problems, for plan.hpp's Executors. Every choice here is a pure
+// function of the problem's extents; none changes a result bit.
+#pragma once
+
+#include <cstdint>
+
+#include "api/adaln_problem.hpp"
+#include "api/gate_residual_problem.hpp"
+#include "cuda/device/modulation_kernels.cuh"
+#include "cuda/plan.hpp"
+
+namespace kernel_align::cuda::plan {
+
+inline constexpr unsigned kElementThreads = 256;
+
+inline TokenTensor token_tensor(const detail::AdaLnInput& t) {
+  return {t.data, t.dtype, t.strides[0], t.strides[1], t.strides[2]};
+}
+
+inline OutTokenTensor token_tensor(const detail::AdaLnOutput& t) {
+  return {t.data, t.dtype, t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// One thread per item: `items` elements, or (task, column) pairs, or sums.
+inline registry::LaunchRecord item_launch(const char* kernel, std::int64_t items) {
+  registry::LaunchRecord l;
+  l.kernel = kernel;
+  l.path = "generic";
+  l.block = {kElementThreads, 1, 1};
+  l.grid = {to_grid((items + kElementThreads - 1) / kElementThreads), 1, 1};
+  return l;
+}
+
+// The sums' partials in this call's scratch, then (after `block_sums` filled them) each
+// output's total per (sample, column) stored into `out`.
+template <class Executor>
+TokenPartials token_partials(const Tokens& t, int outputs, Executor& exec) {
+  return {exec.scratch_floats(static_cast<std::size_t>(t.batch * t.token_blocks() * outputs) *
+                              static_cast<std::size_t>(t.dim)),
+          outputs};
+}
+
+template <class Executor>
+void finish_token_sums(const Tokens& t, const TokenPartials& partials,
+                       const detail::AdaLnOutput& first, const detail::AdaLnOutput& second,
+                       Executor& exec) {
+  FinishTokenSumsParams f;
+  f.tokens = t;
+  f.partials = partials.data;
+  f.outputs = partials.outputs;
+  f.out[0] = token_tensor(first);
+  f.out[1] = token_tensor(second);
+  exec.template launch<FinishTokenSums>(
+      item_launch("finish_token_sums", t.batch * partials.outputs * t.dim), f);
+}
+
+template <class Executor>
+void gate_residual_forward(const detail::GateResidualProblem& p, Executor& exec) {
+  GateForwardParams g;
+  g.tokens = {p.batch, p.seq, p.dim};
+  g.mode = p.mode;
+  g.x = token_tensor(p.x);
+  g.gate = token_tensor(p.gate);
+  g.y = token_tensor(p.y);
+  g.out = token_tensor(p.out);
+  exec.template launch<GateForward>(item_launch("gate_residual_forward", g.tokens.elements()), g);
+}
+
+// dgate's sums (when asked for), then dy: dy may be dout or y.
+template <class Executor>
+void gate_residual_backward(const detail::GateResidualBackwardProblem& p, Executor& exec) {
+  GateBackwardParams g;
+  g.tokens = {p.batch, p.seq, p.dim};
+  g.gate = token_tensor(p.gate);
+  g.y = token_tensor(p.y);
+  g.dout = token_tensor(p.dout);
+  g.dy = token_tensor(p.dy);
+  if (p.dgate.data != nullptr) {
+    g.partials = token_partials(g.tokens, 1, exec);
+    exec.template launch<GateTokenBlockSums>(
+        item_launch("gate_token_block_sums", g.tokens.batch * g.tokens.token_blocks() * p.dim), g);
+    finish_token_sums(g.tokens, g.partials, p.dgate, p.dgate, exec);
+  }
+  exec.template launch<GateBackwardDy>(item_launch("gate_residual_dy", g.tokens.elements()), g);
+}
+
+// 16 threads a row, 16 rows a block.
+inline registry::LaunchRecord modulation_row_launch(const char* kernel, std::int64_t rows) {
+  return row_launch(kernel, rows, false);
+}
+
+template <class Executor>
+void adaln_forward(const detail::AdaLnProblem& p, Executor& exec) {
+  AdaLnForwardParams a;
+  a.tokens = {p.batch, p.seq, p.dim};
+  a.eps = p.eps;
+  a.mode = p.mode;
+  a.x = token_tensor(p.x);
+  a.scale = token_tensor(p.scale);
+  a.shift = token_tensor(p.shift);
+  a.y = token_tensor(p.y);
+  exec.template launch<AdaLnForward>(modulation_row_launch("adaln_forward", a.tokens.rows()), a);
+}
+
+// Each row's statistics, dscale's and dshift's sums (those asked for), then dx: dx may be x
+// or dy.
+template <class Executor>
+void adaln_backward(const detail::AdaLnBackwardProblem& p, Executor& exec) {
+  AdaLnBackwardParams a;
+  a.tokens = {p.batch, p.seq, p.dim};
+  a.eps = p.eps;
+  a.mode = p.mode;
+  a.x = token_tensor(p.x);
+  a.scale = token_tensor(p.scale);
+  a.dy = token_tensor(p.dy);
+  a.dx = token_tensor(p.dx);
+  a.dscale = p.dscale.data != nullptr;
+  a.dshift = p.dshift.data != nullptr;
+  a.rows = exec.scratch_floats(static_cast<std::size_t>(2 * a.tokens.rows()));
+  exec.template launch<AdaLnRowStatistics>(
+      modulation_row_launch("adaln_row_statistics", a.tokens.rows()), a);
+  const int outputs = (a.dscale ? 1 : 0) + (a.dshift ? 1 : 0);
+  if (outputs > 0) {
+    a.partials = token_partials(a.tokens, outputs, exec);
+    exec.template launch<AdaLnTokenBlockSums>(
+        item_launch("adaln_token_block_sums", a.tokens.batch * a.tokens.token_blocks() * p.dim), a);
+    finish_token_sums(a.tokens, a.partials, a.dscale ? p.dscale : p.dshift, p.dshift, exec);
+  }
+  exec.template launch<AdaLnBackwardDx>(modulation_row_launch("adaln_backward_dx", a.tokens.rows()),
+                                        a);
+}
+
+}  // namespace kernel_align::cuda::plan
