@@ -50,6 +50,18 @@ at::Tensor adaln_modulation(const at::Tensor& x, const at::Tensor& scale, const 
   });
 }
 
+// out= (the Python function's): y written into `out`, named so in errors.
+void adaln_modulation_out(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift,
+                          double eps, c10::string_view mode, const at::Tensor& out) {
+  constexpr const char* op = "adaln_modulation";
+  constexpr Rename kOutName[] = {{"y", "out"}};
+  translate_errors(op, kOutName, [&] {
+    adaln_modulation_forward(input_view(op, "x", x), input_view(op, "scale", scale),
+                             input_view(op, "shift", shift), output_view(op, "out", out),
+                             adaln_options(eps, mode), context_of(x));
+  });
+}
+
 // (dx like x, dscale and dshift like scale) from dy.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_modulation_backward(const at::Tensor& x,
                                                                          const at::Tensor& scale,
@@ -154,12 +166,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_modulation_backward_autogra
 
 TORCH_LIBRARY_IMPL(kernel_align, CPU, m) {
   m.impl("adaln_modulation", &kernel_align::torch_ext::adaln_modulation);
+  m.impl("adaln_modulation_out", &kernel_align::torch_ext::adaln_modulation_out);
   m.impl("adaln_modulation_backward", &kernel_align::torch_ext::adaln_modulation_backward);
 }
 
 // CUDA tensors reach the same kernels, as ops.cpp's (which says why).
 TORCH_LIBRARY_IMPL(kernel_align, CUDA, m) {
   m.impl("adaln_modulation", &kernel_align::torch_ext::adaln_modulation);
+  m.impl("adaln_modulation_out", &kernel_align::torch_ext::adaln_modulation_out);
   m.impl("adaln_modulation_backward", &kernel_align::torch_ext::adaln_modulation_backward);
 }
 

@@ -466,10 +466,12 @@ qk_norm_rope_backward_autograd(const at::Tensor& q, const at::Tensor& k, const a
 }  // namespace
 }  // namespace kernel_align::torch_ext
 
-// The out= variants (ops.cpp): refused under autograd, their outputs' versions bumped.
-constexpr const char* kOutOperators[] = {"qk_rmsnorm_out",      "qk_rmsnorm_backward_out",
-                                         "multi_axis_rope_out", "multi_axis_rope_backward_out",
-                                         "qk_norm_rope_out",    "qk_norm_rope_backward_out"};
+// The out= variants (ops.cpp, adaln.cpp, gate_residual.cpp): refused under autograd, their outputs'
+// versions bumped.
+constexpr const char* kOutOperators[] = {"qk_rmsnorm_out",       "qk_rmsnorm_backward_out",
+                                         "multi_axis_rope_out",  "multi_axis_rope_backward_out",
+                                         "qk_norm_rope_out",     "qk_norm_rope_backward_out",
+                                         "adaln_modulation_out", "adaln_gate_residual_out"};
 
 TORCH_LIBRARY_IMPL(kernel_align, Autograd, m) {
   m.impl("qk_rmsnorm", &kernel_align::torch_ext::qk_rmsnorm_autograd);

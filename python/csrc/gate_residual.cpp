@@ -49,6 +49,17 @@ at::Tensor adaln_gate_residual(const at::Tensor& x, const at::Tensor& gate, cons
   });
 }
 
+// out= (the Python function's): the result written into `out` (which may be x or y).
+void adaln_gate_residual_out(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y,
+                             c10::string_view mode, const at::Tensor& out) {
+  constexpr const char* op = "adaln_gate_residual";
+  translate_errors(op, [&] {
+    adaln_gate_residual_forward(input_view(op, "x", x), input_view(op, "gate", gate),
+                                input_view(op, "y", y), output_view(op, "out", out),
+                                GateResidualOptions{norm_mode_from_name(mode)}, context_of(x));
+  });
+}
+
 // (dy like y, dgate like gate) from dout.
 std::tuple<at::Tensor, at::Tensor> adaln_gate_residual_backward(const at::Tensor& gate,
                                                                 const at::Tensor& y,
@@ -145,12 +156,14 @@ std::tuple<at::Tensor, at::Tensor> adaln_gate_residual_backward_autograd(const a
 
 TORCH_LIBRARY_IMPL(kernel_align, CPU, m) {
   m.impl("adaln_gate_residual", &kernel_align::torch_ext::adaln_gate_residual);
+  m.impl("adaln_gate_residual_out", &kernel_align::torch_ext::adaln_gate_residual_out);
   m.impl("adaln_gate_residual_backward", &kernel_align::torch_ext::adaln_gate_residual_backward);
 }
 
 // CUDA tensors reach the same kernels, as ops.cpp's (which says why).
 TORCH_LIBRARY_IMPL(kernel_align, CUDA, m) {
   m.impl("adaln_gate_residual", &kernel_align::torch_ext::adaln_gate_residual);
+  m.impl("adaln_gate_residual_out", &kernel_align::torch_ext::adaln_gate_residual_out);
   m.impl("adaln_gate_residual_backward", &kernel_align::torch_ext::adaln_gate_residual_backward);
 }
 

@@ -163,12 +163,12 @@ class _Operator(NamedTuple):
 # The library ops' torch operators, written once: the definitions (with the pt2_compliant
 # tag) and the fake kernels (shapes, dtypes and strides, for FakeTensor and torch.compile)
 # are derived from these rows; csrc/*.cpp registers only the kernels (CPU, CUDA, Autograd)
-# under these names. The norm mode is `norm_mode` in the norms' schemas: torch's dispatch to
-# Python modes passes a `mode` argument of its own, which an op argument of that name
-# collides with. The out= variants take the outputs given, mutate them and return nothing
-# (as the in-place ops: torch.compile functionalises such ops), their dtypes the outputs'
-# own; their fake kernels check what the schema cannot, and the shapes and dtypes are the
-# C++ validation's.
+# under these names. The norm mode is `norm_mode` in the norms' and every out= schema:
+# torch's dispatch to Python modes (functionalisation of a mutating op, for one) passes a
+# `mode` argument of its own, which an op argument of that name collides with. The out=
+# variants take the outputs given, mutate them and return nothing (as the in-place ops:
+# torch.compile functionalises such ops), their dtypes the outputs' own; their fake kernels
+# check what the schema cannot, and the shapes and dtypes are the C++ validation's.
 _OPERATORS = (
     # qk_rmsnorm (csrc/ops.cpp)
     _Operator("qk_rmsnorm(Tensor x, Tensor? weight=None, float eps=1e-06, "
@@ -239,15 +239,20 @@ _OPERATORS = (
     _Operator("attention_backward(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor out, "
               "Tensor dout, str layout) -> (Tensor, Tensor, Tensor)",
               lambda a: (_like(a.q), _like(a.k), _like(a.v))),
-    # adaln_modulation (csrc/adaln.cpp): y like x, the gradients like x and scale.
+    # adaln_modulation (csrc/adaln.cpp): y like x, the gradients like x and scale; out=.
     _Operator("adaln_modulation(Tensor x, Tensor scale, Tensor shift, float eps=1e-6, "
               "str mode='diffusers') -> Tensor", lambda a: _like(a.x)),
+    _Operator("adaln_modulation_out(Tensor x, Tensor scale, Tensor shift, float eps, "
+              "str norm_mode, Tensor(a!) out) -> ()", reported_as="adaln_modulation"),
     _Operator("adaln_modulation_backward(Tensor x, Tensor scale, Tensor dy, float eps, "
               "str mode) -> (Tensor, Tensor, Tensor)",
               lambda a: (_like(a.x), _like(a.scale), _like(a.scale))),
-    # adaln_gate_residual (csrc/gate_residual.cpp): out like x, the gradients like y and gate.
+    # adaln_gate_residual (csrc/gate_residual.cpp): out like x, the gradients like y and gate;
+    # out=.
     _Operator("adaln_gate_residual(Tensor x, Tensor gate, Tensor y, str mode='diffusers') -> "
               "Tensor", lambda a: _like(a.x)),
+    _Operator("adaln_gate_residual_out(Tensor x, Tensor gate, Tensor y, str norm_mode, "
+              "Tensor(a!) out) -> ()", reported_as="adaln_gate_residual"),
     _Operator("adaln_gate_residual_backward(Tensor gate, Tensor y, Tensor dout, str mode) -> "
               "(Tensor, Tensor)", lambda a: (_like(a.y), _like(a.gate))),
 )

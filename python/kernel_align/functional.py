@@ -27,18 +27,21 @@ was expected and what was found; a refused call writes nothing):
 - ``NotImplementedError``: double backward through the norms (a gradient of the
   gradient of ``qk_rmsnorm`` or ``qk_norm_rope``).
 
-**out=**: ``qk_rmsnorm``, ``multi_axis_rope`` and ``qk_norm_rope`` take ``out=`` (a tensor,
-or the ``(q_out, k_out)`` pair), as torch's own ops do: the result is written there and
+**out=**: ``qk_rmsnorm``, ``multi_axis_rope``, ``qk_norm_rope``, ``adaln_modulation`` and
+``adaln_gate_residual`` take ``out=`` (a tensor, or the ``(q_out, k_out)`` pair), as torch's
+own ops do: the result is written there and
 ``out`` returned, so a loop that reuses its buffers allocates nothing per call (a fresh
 output above glibc's mmap threshold page-faults on first write: docs/python.md, "Speed
 in practice"). The bytes are the allocating call's. An out tensor has the output's
 shape exactly (it is never resized), any strides, and its own dtype is the output's
 (``out_dtype`` may be omitted or must equal it); it must not share memory with an input
-or another output. As for torch's out= functions, no gradient is recorded: while grad
-mode is on, an argument that requires grad (an input or an out tensor) is refused
-(RuntimeError) before anything is written. The raw operators are
-``torch.ops.kernel_align.*_out`` (the backward ops too: ``qk_rmsnorm_backward_out``,
-``multi_axis_rope_backward_out``, ``qk_norm_rope_backward_out``, whose optional weight
+or another output, except as an op's in-place form allows (``adaln_modulation``'s out
+may be x; ``adaln_gate_residual``'s x or y). As for torch's out= functions, no gradient
+is recorded: while grad mode is on, an argument that requires grad (an input or an out
+tensor) is refused (RuntimeError) before anything is written. The raw operators are
+``torch.ops.kernel_align.*_out`` (the norm and RoPE backward ops too:
+``qk_rmsnorm_backward_out``, ``multi_axis_rope_backward_out``,
+``qk_norm_rope_backward_out``, whose optional weight
 gradients are written where given).
 """
 
@@ -437,6 +440,7 @@ def adaln_modulation(
     *,
     eps: float = 1e-6,
     mode: str = "diffusers",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``LayerNorm(x) * (1 + scale) + shift``: the LayerNorm without affine of a Qwen-Image
     block (``norm1``/``norm2``, eps 1e-6) fused with its AdaLN modulation (``_modulate``),
@@ -451,9 +455,11 @@ def adaln_modulation(
         eps: added to the variance; finite, >= 0 and representable in fp32.
         mode: "diffusers" rounds the normalised value, ``1 + scale`` and the product as
             diffusers does in the model's dtype; "single" rounds once, at the output.
+        out: a tensor of x's shape to write the result into (in its own dtype) instead of
+            a new one; it may be x itself (in place). See "out=" above.
 
     Returns:
-        A new tensor of x's shape and dtype.
+        A new tensor of x's shape and dtype; with ``out``, ``out`` itself, written.
 
     Raises:
         TypeError: an argument that is not a dense tensor or of a dtype the library lacks.
@@ -463,7 +469,12 @@ def adaln_modulation(
     """
     op = "adaln_modulation"
     check_tensors(op, x=x, scale=scale, shift=shift)
-    return ops.adaln_modulation(x, scale, shift, as_float(op, "eps", eps), as_str(op, "mode", mode))
+    eps, mode = as_float(op, "eps", eps), as_str(op, "mode", mode)
+    if out is None:
+        return ops.adaln_modulation(x, scale, shift, eps, mode)
+    check_out(op, None, out=out)
+    ops.adaln_modulation_out(x, scale, shift, eps, mode, out)
+    return out
 
 
 def adaln_gate_residual(
@@ -472,6 +483,7 @@ def adaln_gate_residual(
     y: torch.Tensor,
     *,
     mode: str = "diffusers",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x + gate * y``: a Qwen-Image block's gated residual (``hidden_states + gate *
     attn_output`` and the MLP's), under the contract (docs/contract.md section 13):
@@ -487,9 +499,11 @@ def adaln_gate_residual(
         mode: "diffusers" rounds ``gate * y`` to x's dtype before the add, as torch computes
             it in the model's dtype (the same bytes as diffusers' expression); "single"
             rounds once, at the output.
+        out: a tensor of x's shape to write the result into (in its own dtype) instead of
+            a new one; it may be x or y (in place). See "out=" above.
 
     Returns:
-        A new tensor of x's shape and dtype.
+        A new tensor of x's shape and dtype; with ``out``, ``out`` itself, written.
 
     Raises:
         TypeError: an argument that is not a dense tensor or of a dtype the library lacks.
@@ -499,4 +513,9 @@ def adaln_gate_residual(
     """
     op = "adaln_gate_residual"
     check_tensors(op, x=x, gate=gate, y=y)
-    return ops.adaln_gate_residual(x, gate, y, as_str(op, "mode", mode))
+    mode = as_str(op, "mode", mode)
+    if out is None:
+        return ops.adaln_gate_residual(x, gate, y, mode)
+    check_out(op, None, out=out)
+    ops.adaln_gate_residual_out(x, gate, y, mode, out)
+    return out

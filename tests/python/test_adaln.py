@@ -104,6 +104,29 @@ def test_compile_and_opcheck():
                           (x.detach(), scale.detach(), torch.ones_like(eager), 1e-6, "single"))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_gives_the_allocating_bytes(dtype):
+    """out= writes the allocating call's bytes into the tensor given (of any strides, or x
+    itself: in place) and returns it; a wrong shape is named as out, and an argument that
+    requires grad is refused before anything is written."""
+    x, scale, shift = _inputs(2, 40, 24, dtype)
+    want = ka.adaln_modulation(x, scale, shift)
+    out = torch.empty(2, 24, 40, dtype=dtype).transpose(1, 2)
+    assert ka.adaln_modulation(x, scale, shift, out=out) is out
+    assert_bitwise(out, want)
+    in_place = x.clone()
+    ka.adaln_modulation(in_place, scale, shift, out=in_place)
+    assert_bitwise(in_place, want)
+    with pytest.raises(ValueError, match="argument 'out': expected shape"):
+        ka.adaln_modulation(x, scale, shift, out=torch.empty(2, 40, 23, dtype=dtype))
+    poisoned = torch.full_like(x, 7.0)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        ka.adaln_modulation(x, scale.clone().requires_grad_(), shift, out=poisoned)
+    assert bool((poisoned == 7.0).all())
+    torch.library.opcheck(OPS.adaln_modulation_out,
+                          (x, scale, shift, 1e-6, "diffusers", torch.empty_like(x)))
+
+
 def test_double_backward_raises():
     x, scale, shift = _inputs(1, 5, 8, grad=True)
     y = ka.adaln_modulation(x, scale, shift)

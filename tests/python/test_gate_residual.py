@@ -91,6 +91,31 @@ def test_compile_and_opcheck():
                           (gate.detach(), y.detach(), torch.ones_like(eager), "single"))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_gives_the_allocating_bytes(dtype):
+    """out= writes the allocating call's bytes into the tensor given (of any strides, or x
+    or y itself: in place) and returns it; a wrong shape is named, and an argument that
+    requires grad is refused before anything is written."""
+    x, gate, y = _inputs(2, 40, 24, dtype)
+    want = ka.adaln_gate_residual(x, gate, y)
+    out = torch.empty(2, 24, 40, dtype=dtype).transpose(1, 2)
+    assert ka.adaln_gate_residual(x, gate, y, out=out) is out
+    assert_bitwise(out, want)
+    for written in ("x", "y"):
+        x2, y2 = x.clone(), y.clone()
+        target = x2 if written == "x" else y2
+        ka.adaln_gate_residual(x2, gate, y2, out=target)
+        assert_bitwise(target, want)
+    with pytest.raises(ValueError, match="argument 'out': expected shape"):
+        ka.adaln_gate_residual(x, gate, y, out=torch.empty(2, 40, 23, dtype=dtype))
+    poisoned = torch.full_like(x, 7.0)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        ka.adaln_gate_residual(x.clone().requires_grad_(), gate, y, out=poisoned)
+    assert bool((poisoned == 7.0).all())
+    torch.library.opcheck(OPS.adaln_gate_residual_out,
+                          (x, gate, y, "diffusers", torch.empty_like(x)))
+
+
 def test_double_backward_raises():
     x, gate, y = _inputs(1, 5, 8, grad=True)
     out = ka.adaln_gate_residual(x, gate, y)
