@@ -12,7 +12,9 @@ Printed per (op, tokens, dtype, threads, direction): the time of ours, of a copy
 same bytes (as one `torch.Tensor.copy_` moving as many bytes: adaln forward x read, y
 written; backward x and dy read, dx written; gate forward x and y read, out written;
 backward y and dout read, dy written), of torch eager and torch.compile, and the ratios
-copy/ours (the fraction of memory speed) and compiled/ours (> 1: ours is faster).
+copy/ours (the fraction of memory speed) and compiled/ours (> 1: ours is faster). The
+forward also times ours with out= (into one buffer reused across calls, as the copy reuses
+its own): copy/ours(out=).
 """
 
 from __future__ import annotations
@@ -81,20 +83,25 @@ def measure(op: str, tokens: int, dim: int, dtype, threads: int, repeats: int, b
         return lambda: torch.autograd.grad(out, inputs, dy, retain_graph=True)
 
     ours, eager, comp = (run(ours_fn), run(formula), run(compiled[op]))
+    out_buffer = torch.empty_like(x)
 
     def copy():
         copy_dst.copy_(copy_src)
 
-    for fn in (ours, eager, comp, copy):
+    timed = [("ours", ours), ("copy", copy), ("eager", eager), ("compiled", comp)]
+    if not backward:
+        timed.append(("ours_out", lambda: ours_fn(*inputs, out=out_buffer)))
+    for _, fn in timed:
         fn()  # warm-up (and compile)
-    t = {name: [] for name in ("ours", "copy", "eager", "compiled")}
+    t = {name: [] for name, _ in timed}
     for _ in range(repeats):
-        for name, fn in (("ours", ours), ("copy", copy), ("eager", eager), ("compiled", comp)):
+        for name, fn in timed:
             t[name].append(best(fn, 1))
     row = {name: min(v) for name, v in t.items()}
     row.update(op=op, tokens=tokens, dim=dim, dtype=[n for n, v in DTYPES.items() if v == dtype][0],
                threads=threads, direction="backward" if backward else "forward",
                copy_over_ours=row["copy"] / row["ours"],
+               copy_over_ours_out=row["copy"] / row["ours_out"] if "ours_out" in row else None,
                compiled_over_ours=row["compiled"] / row["ours"])
     return row
 
@@ -119,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"{'op':>5} {'tokens':>6} {'dtype':>5} {'thr':>3} {'dir':>8} {'ours ms':>8} "
           f"{'copy ms':>8} {'eager ms':>8} {'compiled ms':>11} {'copy/ours':>9} "
-          f"{'compiled/ours':>13}")
+          f"{'compiled/ours':>13} {'copy/ours(out=)':>15}")
     directions = [False, True] if args.backward else [False]
     for op, tokens, dtype_name, threads, backward in (
             (o, t, d, n, b) for o in args.ops for t in args.tokens for d in args.dtypes
@@ -130,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{op:>5} {tokens:>6} {dtype_name:>5} {threads:>3} {r['direction']:>8} "
               f"{r['ours'] * 1e3:>8.2f} {r['copy'] * 1e3:>8.2f} "
               f"{r['eager'] * 1e3:>8.2f} {r['compiled'] * 1e3:>11.2f} "
-              f"{r['copy_over_ours']:>9.2f} {r['compiled_over_ours']:>13.2f}",
+              f"{r['copy_over_ours']:>9.2f} {r['compiled_over_ours']:>13.2f} "
+              + (f"{r['copy_over_ours_out']:>15.2f}" if r["copy_over_ours_out"] else f"{'-':>15}"),
               flush=True)
     write_outputs({"rows": rows, "torch": torch.__version__}, args.json, args.csv)
     return 0
