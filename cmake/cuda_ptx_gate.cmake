@@ -3,7 +3,7 @@
 #
 #   ka_ptx_gate(NAME <name> SOURCE <file.cu> ARCH <NN[a|f]>
 #               [INCLUDES <dir>...] [OPTIONS <nvcc flag>...]
-#               [FMA_IN <regex>... [FMA_COUNT <n>]]
+#               [FMA_IN <regex>... [FMA_COUNT <n>...]]
 #               [WILL_FAIL [EXPECT <rule>...]])
 #
 # - Output: ${CMAKE_CURRENT_BINARY_DIR}/<name>.compute_<ARCH>.ptx, built as part of ALL
@@ -21,9 +21,10 @@
 #   div.full, mma, float-atomic, fma-count): a WILL_FAIL test alone would also pass on a
 #   gate that crashed or a missing file.
 # - FMA_IN: fma.rn.f32 allowed inside the PTX functions whose name matches one of these
-#   regexes (the GEMM kernel's explicit __fmaf_rn leaves), refused elsewhere as always;
-#   FMA_COUNT: each such function must hold exactly <n> of them, and one must exist
-#   (scripts/ptx_gate.py --fma-in, --fma-count).
+#   regexes (the linear tree's explicit __fmaf_rn leaves), refused elsewhere as always;
+#   FMA_COUNT: each such function must hold exactly <n> of them, and one must exist per
+#   regex; one count for every regex, or one per regex, in order (scripts/ptx_gate.py
+#   --fma-in, --fma-count).
 include_guard(GLOBAL)
 
 if(NOT DEFINED KERNEL_ALIGN_CUDA_DEVICE_FLAGS)
@@ -51,8 +52,8 @@ function(_ka_ptx_gate_option_key flag out)
 endfunction()
 
 function(ka_ptx_gate)
-  cmake_parse_arguments(PARSE_ARGV 0 ARG "WILL_FAIL" "NAME;SOURCE;ARCH;FMA_COUNT"
-                        "INCLUDES;OPTIONS;EXPECT;FMA_IN")
+  cmake_parse_arguments(PARSE_ARGV 0 ARG "WILL_FAIL" "NAME;SOURCE;ARCH"
+                        "INCLUDES;OPTIONS;EXPECT;FMA_IN;FMA_COUNT")
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "ka_ptx_gate: unknown arguments: ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -75,9 +76,9 @@ function(ka_ptx_gate)
   foreach(regex IN LISTS ARG_FMA_IN)
     list(APPEND gate_options --fma-in "${regex}")
   endforeach()
-  if(DEFINED ARG_FMA_COUNT)
-    list(APPEND gate_options --fma-count "${ARG_FMA_COUNT}")
-  endif()
+  foreach(count IN LISTS ARG_FMA_COUNT)
+    list(APPEND gate_options --fma-count "${count}")
+  endforeach()
   if(NOT CMAKE_CUDA_COMPILER)
     message(FATAL_ERROR "ka_ptx_gate(${ARG_NAME}): CMAKE_CUDA_COMPILER is not set; "
                         "enable_language(CUDA) first")

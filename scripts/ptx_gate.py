@@ -287,28 +287,34 @@ def check_text(text: str, path: str = "<ptx>",
     return result
 
 
-def fma_count_violations(results: Sequence[Tuple[str, Result]], fma_count: int,
+def fma_count_violations(results: Sequence[Tuple[str, Result]], fma_counts: Sequence[int],
                          patterns: Sequence[str]) -> List[Violation]:
-    """--fma-count: each function allowed fma.rn.f32 holds exactly fma_count of them, and
-    at least one such function is defined. A function defined twice (a declaration, then
-    the definition) is judged by its definition: the entry with instructions, or the last."""
+    """--fma-count: each function allowed fma.rn.f32 holds exactly the count of the first
+    --fma-in pattern its name matches (the counts pair with the patterns by position; one
+    count holds for every pattern), and every pattern matches a defined function. A function
+    defined twice (a declaration, then the definition) is judged by its definition: the
+    entry with instructions, or the last."""
     violations = []
-    matched = 0
+    compiled = [re.compile(p) for p in patterns]
+    matched = [0] * len(patterns)
     for path, result in results:
         by_name: Dict[str, Function] = {}
         for f in result.functions:
             if f.allowed_fma and (f.name not in by_name or f.fma > 0):
                 by_name[f.name] = f
         for f in by_name.values():
-            matched += 1
-            if f.fma != fma_count:
+            index = next(i for i, p in enumerate(compiled) if p.search(f.name))
+            matched[index] += 1
+            expected = fma_counts[index if len(fma_counts) > 1 else 0]
+            if f.fma != expected:
                 violations.append(Violation(
                     path, f.line, ["fma-count"],
-                    f"{f.name} holds {f.fma} fma.rn.f32, expected {fma_count}"))
-    if matched == 0:
-        violations.append(Violation(
-            results[0][0] if results else "<ptx>", 0, ["fma-count"],
-            "no function matches --fma-in " + " ".join(patterns)))
+                    f"{f.name} holds {f.fma} fma.rn.f32, expected {expected}"))
+    for pattern, count in zip(patterns, matched):
+        if count == 0:
+            violations.append(Violation(
+                results[0][0] if results else "<ptx>", 0, ["fma-count"],
+                "no function matches --fma-in " + pattern))
     return violations
 
 
@@ -334,12 +340,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="allow fma.rn.f32 (only that form) inside the functions whose PTX name "
         "matches REGEX (re.search; repeatable): the GEMM kernel's explicit __fmaf_rn leaves")
     parser.add_argument(
-        "--fma-count", type=int, metavar="N",
+        "--fma-count", type=int, action="append", default=[], metavar="N",
         help="with --fma-in: each function it matches must hold exactly N fma.rn.f32, and "
-        "at least one function must match")
+        "at least one function must match it; repeatable, the i-th count for the i-th "
+        "--fma-in (one count holds for every pattern)")
     args = parser.parse_args(argv)
-    if args.fma_count is not None and not args.fma_in:
+    if args.fma_count and not args.fma_in:
         parser.error("--fma-count needs --fma-in")
+    if len(args.fma_count) > 1 and len(args.fma_count) != len(args.fma_in):
+        parser.error(f"--fma-count: {len(args.fma_count)} counts for {len(args.fma_in)} "
+                     "--fma-in patterns (give one count, or one per pattern)")
     try:
         fma_in = [re.compile(p) for p in args.fma_in]
     except re.error as e:
@@ -363,7 +373,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         total += result.instructions
         violations.extend(result.violations)
         results.append((path, result))
-    if args.fma_count is not None:
+    if args.fma_count:
         violations.extend(fma_count_violations(results, args.fma_count, args.fma_in))
 
     for v in violations:

@@ -138,6 +138,9 @@ class DeviceExecutor {
   std::uint64_t* scratch_digests(std::size_t count) {
     return static_cast<std::uint64_t*>(scratch(count * sizeof(std::uint64_t)));
   }
+  std::int64_t* scratch_indices(std::size_t count) {
+    return static_cast<std::int64_t*>(scratch(count * sizeof(std::int64_t)));
+  }
   void copy_to_host(void* host, const void* device, std::size_t bytes) {
     check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");

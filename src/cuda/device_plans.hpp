@@ -1,12 +1,14 @@
 // Every (op, direction) the CUDA kernels run, and its plan: the device backend
 // (cuda_backend.cu) and the emulated one (emulator/emulated_backend.cpp) set their kernels
-// from this one list, so the emulator proves exactly what a GPU runs. An op absent here
-// runs on the device only through the host fallback ("cuda-host").
+// from this one list, so the emulator proves exactly what a GPU runs: every op of
+// op_list.hpp (an op absent here would run on a device only through the host fallback,
+// "cuda-host").
 //
 // KERNEL_ALIGN_CUDA_PLANS(X) calls X(OpType enumerator, Direction enumerator, plan) once
 // per kernel; the problem type is detail::Problem<op, direction>.
 #pragma once
 
+#include "cuda/attention_plan.hpp"
 #include "cuda/modulation_plan.hpp"
 #include "cuda/plan.hpp"
 
@@ -19,6 +21,8 @@
   X(QkNormRope, Backward, qk_norm_rope_backward)       \
   X(Linear, Forward, gemm)                             \
   X(Linear, Backward, linear_backward)                 \
+  X(Attention, Forward, attention_forward)             \
+  X(Attention, Backward, attention_backward)           \
   X(AdaLnModulation, Forward, adaln_forward)           \
   X(AdaLnModulation, Backward, adaln_backward)         \
   X(AdaLnGateResidual, Forward, gate_residual_forward) \

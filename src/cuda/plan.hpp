@@ -10,6 +10,7 @@
 //   void launch(const registry::LaunchRecord&, const typename Kernel<Grid>::Params&);
 //   float* scratch_floats(std::size_t count);    // device memory for this call
 //   std::uint64_t* scratch_digests(std::size_t count);
+//   std::int64_t* scratch_indices(std::size_t count);
 //   void copy_to_host(void* host, const void* device, std::size_t bytes);  // waits
 //   void zero(const TensorView& vector);         // a [D] output set to +0
 //   const float* one();                          // device memory holding 1.0f (this call)

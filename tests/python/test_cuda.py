@@ -78,6 +78,35 @@ def test_every_op_gives_the_cpu_bytes(dtype, d, generator):
     assert_bitwise(k_work.cpu(), expected_k)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_block_ops_give_the_cpu_bytes(dtype, generator):
+    """Attention (a padded batch), adaln_modulation and adaln_gate_residual, forward and
+    backward, on the CUDA backend's kernels: the CPU's bytes."""
+    q, k, v, dout = (torch.randn(2, 40, 2, 128, generator=generator).to(dtype) for _ in range(4))
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, 25:] = False
+    x, y, dy = (torch.randn(2, 33, 96, generator=generator).to(dtype) for _ in range(3))
+    scale, shift = ((0.1 * torch.randn(2, 96, generator=generator)).to(dtype) for _ in range(2))
+    calls = [
+        lambda t: OPS.attention(t["q"], t["k"], t["v"], t["mask"], "bshd"),
+        lambda t: OPS.attention_backward(t["q"], t["k"], t["v"], t["mask"],
+                                         OPS.attention(t["q"], t["k"], t["v"], t["mask"], "bshd"),
+                                         t["dout"], "bshd"),
+        lambda t: OPS.adaln_modulation(t["x"], t["scale"], t["shift"], 1e-6, "diffusers"),
+        lambda t: OPS.adaln_modulation_backward(t["x"], t["scale"], t["dy"], 1e-6, "diffusers"),
+        lambda t: OPS.adaln_gate_residual(t["x"], t["scale"], t["y"], "diffusers"),
+        lambda t: OPS.adaln_gate_residual_backward(t["scale"], t["y"], t["dy"], "diffusers"),
+    ]
+    host = dict(q=q, k=k, v=v, dout=dout, mask=mask, x=x, y=y, dy=dy, scale=scale, shift=shift)
+    device = {name: t.cuda() for name, t in host.items()}
+    for call in calls:
+        expected, got = call(host), call(device)
+        for e, g in zip(expected if isinstance(expected, tuple) else (expected,),
+                        got if isinstance(got, tuple) else (got,)):
+            assert g.is_cuda
+            assert_bitwise(g.cpu(), e)
+
+
 def test_autograd_and_compile_on_cuda(generator):
     q, k, w, (cos, sin) = inputs(torch.bfloat16, generator)
 

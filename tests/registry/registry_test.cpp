@@ -429,14 +429,7 @@ TEST(Registry, TableListsEveryPlatformAndOp) {
   const std::vector<RegistryRow> rows = registry_table();
   EXPECT_EQ(rows.size(), 5u * kOpCount);  // 5 platforms x every op
   for (const RegistryRow& row : rows) {
-    // The ops with CUDA device kernels (cuda/device_plans.hpp); attention has the host
-    // fallback alone (issue 32), which every op of the list gets.
-    const bool device_kernels = row.op != OpType::Attention;
-    if (row.platform == Platform::Cuda && KA_CUDA_BUILD && !device_kernels) {
-      ASSERT_EQ(row.backends.size(), 1u);
-      EXPECT_EQ(row.backends[0].name, "cuda-host");
-      continue;
-    }
+    // Every op has CUDA kernels (cuda/device_plans.hpp) and the host fallback.
     if (row.platform == Platform::Cuda && KA_CUDA_BUILD) {
       ASSERT_EQ(row.backends.size(), 2u);
       EXPECT_EQ(row.backends[0].name, "cuda");

@@ -35,6 +35,9 @@ class EmulatedExecutor {
   std::uint64_t* scratch_digests(std::size_t count) {
     return digests_.emplace_back(count, ~std::uint64_t{0}).data();
   }
+  std::int64_t* scratch_indices(std::size_t count) {
+    return indices_.emplace_back(count, -1).data();
+  }
   void copy_to_host(void* host, const void* device, std::size_t bytes) {
     std::memcpy(host, device, bytes);
   }
@@ -53,6 +56,7 @@ class EmulatedExecutor {
   registry::Execution& exec_;
   std::vector<std::vector<float>> floats_;
   std::vector<std::vector<std::uint64_t>> digests_;
+  std::vector<std::vector<std::int64_t>> indices_;
 };
 
 template <class Problem, void (*Plan)(const Problem&, EmulatedExecutor&)>

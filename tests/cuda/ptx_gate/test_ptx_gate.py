@@ -294,7 +294,23 @@ class FmaScope(unittest.TestCase):
         self.assertIn("fma-count: no function matches --fma-in nothing", out)
         self.assertEqual(self.run_gate("--fma-in", "nothing", "--fma-count", "2",
                                        "--expect", "fma-count", "--expect", "fma", two)[0], 0)
+        # Counts pair with the patterns by position, each pattern held to its own.
+        mixed = self.write(HEADER + entry(GEMM, self.FMA * 2) + entry(NORM, self.FMA))
+        self.assertEqual(self.run_gate("--fma-in", "4GemmI", "--fma-in", NORM, "--fma-count",
+                                       "2", "--fma-count", "1", mixed)[0], 0)
+        status, out = self.run_gate("--fma-in", "4GemmI", "--fma-in", NORM, "--fma-count",
+                                    "1", "--fma-count", "2", mixed)
+        self.assertEqual(status, 1)
+        self.assertIn(f"{GEMM} holds 2 fma.rn.f32, expected 1", out)
+        self.assertIn(f"{NORM} holds 1 fma.rn.f32, expected 2", out)
+        # Every pattern needs a function.
+        status, out = self.run_gate("--fma-in", "4GemmI", "--fma-in", "nothing", "--fma-count",
+                                    "2", "--fma-count", "1", two)
+        self.assertEqual(status, 1)
+        self.assertIn("no function matches --fma-in nothing", out)
         # Usage errors.
+        self.assertEqual(self.run_gate("--fma-in", "4GemmI", "--fma-in", NORM, "--fma-in", "x",
+                                       "--fma-count", "2", "--fma-count", "1", mixed)[0], 2)
         self.assertEqual(self.run_gate("--fma-count", "2", two)[0], 2)
         self.assertEqual(self.run_gate("--fma-in", "(", two)[0], 2)
 
