@@ -189,36 +189,78 @@ class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
 _BLOCK_NORMS = ("img_norm1", "img_norm2", "txt_norm1", "txt_norm2")
 
 
+class _TokenRuns:
+    """Edit's per-token modulation (diffusers' ``_modulate`` with an index): token l of
+    sample b takes the modulation chunk of set ``index[b, l]`` (0: the sample's own, 1: the
+    reference images', the second half of the batch of chunks). Its runs of one set are
+    contiguous (the target's tokens, then the references'), so each run is one call of the
+    library's op with that set's ``[B, D]`` vectors, and the runs are joined along the
+    tokens: every token gets its op's bytes, as with one set, and the sums of the
+    backward run over each run's own tokens. ``groups`` holds (rows of the batch, [(begin,
+    end, set), ...]): the whole batch when every sample has the same index (as diffusers
+    builds it for one image shape), else a sample at a time."""
+
+    def __init__(self, index: torch.Tensor):
+        index = torch.as_tensor(index)
+        rows = [slice(None)] if bool((index == index[:1]).all()) else [
+            slice(b, b + 1) for b in range(index.shape[0])]
+        self.groups = []
+        for row in rows:
+            r = index[row][0]
+            cuts = (torch.nonzero(r[1:] != r[:-1]).flatten() + 1).tolist()
+            bounds = [0, *cuts, r.shape[0]]
+            sets = r[bounds[:-1]].tolist()
+            self.groups.append((row, [(a, e, int(k)) for a, e, k in
+                                      zip(bounds[:-1], bounds[1:], sets)]))
+
+    def apply(self, op, x, chunks, *others):
+        """op(x[run], chunk_k[rows] for each chunk, *other[run]) per run, joined; a chunk is
+        ``[2B, D]``, set k its k-th half."""
+        half = chunks[0].shape[0] // 2
+        rows_out = []
+        for row, runs in self.groups:
+            rows_out.append(torch.cat([
+                op(x[row, a:e], *(c[k * half:(k + 1) * half][row] for c in chunks),
+                   *(t[row, a:e] for t in others))
+                for a, e, k in runs], dim=1))
+        return rows_out[0] if len(rows_out) == 1 else torch.cat(rows_out, dim=0)
+
+
 def _gated(x, gate, y):
-    """``x + gate * y``: one ``adaln_gate_residual`` call for a sample's gate ``[B, D]``;
-    Edit's per-token gates (``[B, S, D]``, from its modulation index) as diffusers
-    computes them."""
-    if gate.dim() == 2:
-        return functional.adaln_gate_residual(x, gate, y)
-    return x + gate * y
+    """``x + gate * y``: one ``adaln_gate_residual`` call for a sample's gate ``[B, D]``; for
+    Edit's per-token gates, one per run of tokens of one modulation set (_TokenRuns)."""
+    if isinstance(gate, tuple):
+        runs, gate = gate
+        return runs.apply(lambda x_, g, y_: functional.adaln_gate_residual(x_, g, y_), x,
+                          (gate,), y)
+    return functional.adaln_gate_residual(x, gate, y)
 
 
 def _block_forward_under_contract(block):
     """``QwenImageTransformerBlock.forward`` with the library's ops in the model's own
     order: each LayerNorm + modulation one ``adaln_modulation`` call (Edit's per-token
-    modulation index: the LayerNorm and diffusers' ``_modulate``), each gated residual one
-    ``adaln_gate_residual`` call, the attention through the block's processor and every
-    Linear (the modulations, the MLPs) through the batch-invariant mode."""
-    def modulate(x, norm, mod_params, index):
-        if index is not None:
-            return block._modulate(norm(x), mod_params, index)
+    modulation index: one per run of tokens of one modulation set), each gated residual one
+    ``adaln_gate_residual`` call (the same), the attention through the block's processor
+    and every Linear (the modulations, the MLPs) through the batch-invariant mode."""
+    def modulate(x, norm, mod_params, runs):
         shift, scale, gate = mod_params.chunk(3, dim=-1)
-        return functional.adaln_modulation(x, scale, shift, eps=norm.eps), gate
+        if runs is None:
+            return functional.adaln_modulation(x, scale, shift, eps=norm.eps), gate
+        modulated = runs.apply(
+            lambda x_, scale_, shift_: functional.adaln_modulation(x_, scale_, shift_,
+                                                                   eps=norm.eps),
+            x, (scale, shift))
+        return modulated, (runs, gate)
 
     def forward(hidden_states, encoder_hidden_states, encoder_hidden_states_mask, temb,
                 image_rotary_emb=None, joint_attention_kwargs=None, modulate_index=None):
+        runs = None if modulate_index is None else _TokenRuns(modulate_index)
         img_mod1, img_mod2 = block.img_mod(temb).chunk(2, dim=-1)
         if block.zero_cond_t:
             temb = torch.chunk(temb, 2, dim=0)[0]
         txt_mod1, txt_mod2 = block.txt_mod(temb).chunk(2, dim=-1)
 
-        img_modulated, img_gate1 = modulate(hidden_states, block.img_norm1, img_mod1,
-                                            modulate_index)
+        img_modulated, img_gate1 = modulate(hidden_states, block.img_norm1, img_mod1, runs)
         txt_modulated, txt_gate1 = modulate(encoder_hidden_states, block.txt_norm1, txt_mod1,
                                             None)
         img_attn_output, txt_attn_output = block.attn(
@@ -231,8 +273,7 @@ def _block_forward_under_contract(block):
         hidden_states = _gated(hidden_states, img_gate1, img_attn_output)
         encoder_hidden_states = _gated(encoder_hidden_states, txt_gate1, txt_attn_output)
 
-        img_modulated2, img_gate2 = modulate(hidden_states, block.img_norm2, img_mod2,
-                                             modulate_index)
+        img_modulated2, img_gate2 = modulate(hidden_states, block.img_norm2, img_mod2, runs)
         hidden_states = _gated(hidden_states, img_gate2, block.img_mlp(img_modulated2))
         txt_modulated2, txt_gate2 = modulate(encoder_hidden_states, block.txt_norm2, txt_mod2,
                                              None)
@@ -360,8 +401,8 @@ def under_contract(model) -> ContractSwitch:
     contract's tree, so a sample's bytes do not depend on its batch or on how far its
     prompt is padded. Every block runs the library's ops in the model's order (each
     LayerNorm + modulation one ``adaln_modulation`` call, each gated residual one
-    ``adaln_gate_residual`` call; Edit's per-token modulation index keeps diffusers'
-    expressions), the output's ``norm_out`` (``AdaLayerNormContinuous``) is one
+    ``adaln_gate_residual`` call; with Edit's per-token modulation index, one call per run of
+    tokens of one modulation set), the output's ``norm_out`` (``AdaLayerNormContinuous``) is one
     ``adaln_modulation`` call, the text path's ``txt_norm`` one ``qk_rmsnorm`` call, and
     the timestep embedding's sinusoids are ``timestep_embedding``'s (correctly rounded).
     Returns the switch; ``restore()`` or ``with under_contract(model): ...`` undoes it.

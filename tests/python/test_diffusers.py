@@ -124,11 +124,12 @@ def test_diffusers_mode_vs_rmsnorm(dtype, weight_dtype, generator):
         assert (distance == 0).float().mean().item() > 0.9
 
 
-def small_transformer(dtype):
+def small_transformer(dtype, zero_cond_t=False):
     torch.manual_seed(0)
     model = QwenImageTransformer2DModel(
         patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=128,
-        num_attention_heads=2, joint_attention_dim=32, axes_dims_rope=AXES)
+        num_attention_heads=2, joint_attention_dim=32, axes_dims_rope=AXES,
+        zero_cond_t=zero_cond_t)
     # Norm weights away from their initial ones, so that the weights matter.
     for name, parameter in model.named_parameters():
         if "norm" in name:
@@ -287,6 +288,56 @@ def test_under_contract_blocks_compute_diffusers_model_in_fp32():
         ours = run()
     for o, t in zip(ours, theirs):
         assert_close(o, t, "reduction_forward")
+
+
+def test_under_contract_edit_modulation_index_runs_the_library_ops(monkeypatch):
+    """An Edit model's per-token modulation (zero_cond_t: the reference image's tokens take
+    the modulation of timestep 0) under the switch: each run of tokens of one modulation set
+    is one adaln_modulation / adaln_gate_residual call (counted); the fp32 model and its
+    gradients within reduction tolerance of diffusers' own; in bf16 a sample alone gives its
+    bytes in a padded batch."""
+    g = torch.Generator().manual_seed(12)
+    shapes = [[(1, 4, 4), (1, 4, 4)]]
+    hidden = torch.randn(2, 32, 16, generator=g)
+    text = torch.randn(2, 12, 32, generator=g)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 7:] = False
+    text[1, 7:] = 0
+    timestep = torch.tensor([0.3, 0.7])
+
+    model = small_transformer(torch.float32, zero_cond_t=True)
+
+    def run(x, t, ts, **kwargs):
+        x = x.clone().requires_grad_()
+        out = model(hidden_states=x, encoder_hidden_states=t, timestep=ts,
+                    img_shapes=shapes * x.shape[0], **kwargs).sample
+        out.square().mean().backward()
+        return out.detach(), x.grad
+
+    theirs = run(hidden, text, timestep)
+    calls = []
+    with under_contract(model):
+        ours = run(hidden, text, timestep)
+        with monkeypatch.context() as patch:
+            for name in ("adaln_modulation", "adaln_gate_residual"):
+                def counted(*args, _original=getattr(ka.functional, name), _name=name,
+                            **kwargs):
+                    calls.append(_name)
+                    return _original(*args, **kwargs)
+                patch.setattr(ka.functional, name, counted)
+            run(hidden[:1], text[:1], timestep[:1])
+    # Per block: 4 image-stream calls of 2 runs each and 4 text-stream calls; norm_out 1.
+    assert calls.count("adaln_modulation") == 2 * (2 * 2 + 2) + 1
+    assert calls.count("adaln_gate_residual") == 2 * (2 * 2 + 2)
+    for o, t in zip(ours, theirs):
+        assert_close(o, t, "reduction_forward")
+
+    model = small_transformer(torch.bfloat16, zero_cond_t=True)
+    with under_contract(model):
+        batch = run(hidden.bfloat16(), text.bfloat16(), timestep.bfloat16(),
+                    encoder_hidden_states_mask=mask)
+        alone = run(hidden[1:].bfloat16(), text[1:, :7].bfloat16(), timestep[1:].bfloat16())
+    assert_bitwise(batch[0][1:], alone[0])
 
 
 def test_under_contract_switches_the_model_and_restores_it():
