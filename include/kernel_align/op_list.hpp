@@ -7,11 +7,12 @@
 // KERNEL_ALIGN_OPS(X) calls X(Enumerator, name) once per op, in enum order.
 #pragma once
 
-#define KERNEL_ALIGN_OPS(X)            \
-  X(QkRmsNorm, qk_rmsnorm)             \
-  X(MultiAxisRope, multi_axis_rope)    \
-  X(QkNormRope, qk_norm_rope)          \
-  X(Linear, linear)                    \
-  X(Attention, attention)              \
-  X(AdaLnModulation, adaln_modulation) \
-  X(AdaLnGateResidual, adaln_gate_residual)
+#define KERNEL_ALIGN_OPS(X)                 \
+  X(QkRmsNorm, qk_rmsnorm)                  \
+  X(MultiAxisRope, multi_axis_rope)         \
+  X(QkNormRope, qk_norm_rope)               \
+  X(Linear, linear)                         \
+  X(Attention, attention)                   \
+  X(AdaLnModulation, adaln_modulation)      \
+  X(AdaLnGateResidual, adaln_gate_residual) \
+  X(Activation, activation)

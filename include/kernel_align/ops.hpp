@@ -195,6 +195,23 @@ void adaln_gate_residual_backward(const ConstTensorView& gate, const ConstTensor
                                   const GateResidualOptions& options = {},
                                   const ExecutionContext& context = {});
 
+// y = act(x) elementwise, under the contract (docs/contract.md section 14): silu (x *
+// sigmoid(x)) or tanh-approximated GELU with the contract's own exp and tanh (linear's
+// activations, section 10), or none (y = x in y's dtype); one rounding to y's dtype. x
+// and y: rank 1 to 4, the same shape, any float dtypes and strides; y may be x (in place)
+// and overlap no other input. An element's bytes depend on that element alone. Errors
+// name x (rank), y (shape, overlap).
+void activation_forward(const ConstTensorView& x, const TensorView& y,
+                        const ActivationOptions& options = {},
+                        const ExecutionContext& context = {});
+
+// dx = dy * act'(x) elementwise (the derivative the contract's section 10 defines for
+// linear's backward epilogue), one rounding to dx's dtype. dx may be x or dy. Errors as the
+// forward, and dy, dx.
+void activation_backward(const ConstTensorView& x, const ConstTensorView& dy, const TensorView& dx,
+                         const ActivationOptions& options = {},
+                         const ExecutionContext& context = {});
+
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`
 // when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value

@@ -77,6 +77,11 @@ struct AdaLnOptions {
   NormMode mode = NormMode::Diffusers;  // which roundings the forward (and so dscale) performs
 };
 
+// activation_forward / _backward: the elementwise activation (docs/contract.md section 14).
+struct ActivationOptions {
+  Activation activation = Activation::Silu;
+};
+
 // adaln_gate_residual_forward / _backward.
 struct GateResidualOptions {
   NormMode mode = NormMode::Diffusers;  // whether the forward rounds gate * y before the add

@@ -247,6 +247,10 @@ _OPERATORS = (
     _Operator("adaln_modulation_backward(Tensor x, Tensor scale, Tensor dy, float eps, "
               "str mode) -> (Tensor, Tensor, Tensor)",
               lambda a: (_like(a.x), _like(a.scale), _like(a.scale))),
+    # activation (csrc/activation.cpp): y and dx like x.
+    _Operator("activation(Tensor x, str activation='silu') -> Tensor", lambda a: _like(a.x)),
+    _Operator("activation_backward(Tensor x, Tensor dy, str activation) -> Tensor",
+              lambda a: _like(a.x)),
     # adaln_gate_residual (csrc/gate_residual.cpp): out like x, the gradients like y and gate;
     # out=.
     _Operator("adaln_gate_residual(Tensor x, Tensor gate, Tensor y, str mode='diffusers') -> "

@@ -14,7 +14,8 @@ On the CPU the mode also registers aten's flash attention for CPU
 It takes what a key-padding mask is (none, or a bool or 0/-inf mask ``[B or 1, 1, 1, S]``,
 q, k and v of one shape, the default scale, no dropout, not causal) and raises
 NotImplementedError naming the argument for anything else, never computing it another
-way. Masked queries' rows are +0, where torch attends them to the valid keys.
+way. Masked queries' rows are +0, where torch attends them to the valid keys. ``F.silu``
+(``aten::silu`` and its ``silu_backward``) runs ``kernel_align.activation`` too.
 Leaving the last context (or ``set_batch_invariant(False)``) removes the registrations,
 also when the body raised; contexts nest. Eager mode only: a ``torch.compile`` graph
 lowers matmuls to its own kernels (use ``kernel_align.linear`` or ``patch_linear`` there).
@@ -74,7 +75,19 @@ def _mv(matrix: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
     return ops.linear(vector.unsqueeze(0), matrix, None, "none").squeeze(0)
 
 
-_OVERRIDES = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "mv": _mv}
+def _silu(x: torch.Tensor) -> torch.Tensor:
+    return ops.activation(x, "silu")
+
+
+def _silu_backward(grad_output: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return ops.activation_backward(x, grad_output, "silu")
+
+
+# aten's matmuls, and F.silu with its derivative (silu_backward, which aten's formula
+# calls): a SiLU applied alone (the timestep embedding's before each modulation Linear)
+# takes the contract's exp, the same bits on the CPU and a GPU.
+_OVERRIDES = {"mm": _mm, "addmm": _addmm, "bmm": _bmm, "mv": _mv, "silu": _silu,
+              "silu_backward": _silu_backward}
 
 
 def _key_padding(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float,

@@ -62,6 +62,7 @@ def check_out(op: str, out_dtype: torch.dtype | None, **outputs: torch.Tensor) -
                              f"{name}'s dtype {tensor.dtype}, found {out_dtype}")
 
 __all__ = [
+    "activation",
     "adaln_gate_residual",
     "adaln_modulation",
     "attention",
@@ -519,3 +520,30 @@ def adaln_gate_residual(
     check_out(op, None, out=out)
     ops.adaln_gate_residual_out(x, gate, y, mode, out)
     return out
+
+
+def activation(x: torch.Tensor, kind: str = "silu") -> torch.Tensor:
+    """An elementwise activation under the contract (docs/contract.md section 14): "silu"
+    (``x * sigmoid(x)``, as ``F.silu``) or "gelu_tanh" (as ``F.gelu(x, approximate="tanh")``)
+    with the contract's own exp and tanh (the functions of linear's fused activations), or
+    "none" (x in its dtype); one rounding to x's dtype. An element's bytes depend on that
+    element alone, on every backend, CPU or GPU (torch's own kernels differ between the
+    two). Differentiable in x (first order). Under ``kernel_align.batch_invariant()``
+    ``F.silu`` runs it too.
+
+    Args:
+        x: any shape of rank 1 to 4, fp32, bf16 or fp16, any strides.
+        kind: "silu", "gelu_tanh" or "none".
+
+    Returns:
+        A new tensor of x's shape and dtype.
+
+    Raises:
+        TypeError: x is not a dense tensor or of a dtype the library lacks.
+        ValueError: x of rank 0 or above 4, an empty tensor, an unknown kind, a tensor not
+            on a supported device.
+        NotImplementedError: a double backward through this op.
+    """
+    op = "activation"
+    check_tensors(op, x=x)
+    return ops.activation(x, as_str(op, "kind", kind))

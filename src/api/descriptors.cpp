@@ -40,6 +40,10 @@ constexpr OpDescriptor kDescriptors[] = {
      .option_list = {kMode},
      .option_count = 1,
      .op = OpType::AdaLnGateResidual},
+    {.reduction_tree = nullptr,
+     .option_list = {kActivation},
+     .option_count = 1,
+     .op = OpType::Activation},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "api/activation_problem.hpp"
 #include "api/adaln_problem.hpp"
 #include "api/attention_problem.hpp"
 #include "api/gate_residual_problem.hpp"
@@ -214,6 +215,8 @@ KERNEL_ALIGN_PROBLEM(AdaLnModulation, Forward, AdaLnProblem)
 KERNEL_ALIGN_PROBLEM(AdaLnModulation, Backward, AdaLnBackwardProblem)
 KERNEL_ALIGN_PROBLEM(AdaLnGateResidual, Forward, GateResidualProblem)
 KERNEL_ALIGN_PROBLEM(AdaLnGateResidual, Backward, GateResidualBackwardProblem)
+KERNEL_ALIGN_PROBLEM(Activation, Forward, ActivationProblem)
+KERNEL_ALIGN_PROBLEM(Activation, Backward, ActivationBackwardProblem)
 #undef KERNEL_ALIGN_PROBLEM
 template <OpType op, Direction d>
 using Problem = typename ProblemOf<op, d>::type;

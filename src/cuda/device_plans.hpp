@@ -12,18 +12,20 @@
 #include "cuda/modulation_plan.hpp"
 #include "cuda/plan.hpp"
 
-#define KERNEL_ALIGN_CUDA_PLANS(X)                     \
-  X(QkRmsNorm, Forward, rmsnorm_forward)               \
-  X(QkRmsNorm, Backward, rmsnorm_backward)             \
-  X(MultiAxisRope, Forward, rope)                      \
-  X(MultiAxisRope, Backward, rope)                     \
-  X(QkNormRope, Forward, qk_norm_rope_forward)         \
-  X(QkNormRope, Backward, qk_norm_rope_backward)       \
-  X(Linear, Forward, gemm)                             \
-  X(Linear, Backward, linear_backward)                 \
-  X(Attention, Forward, attention_forward)             \
-  X(Attention, Backward, attention_backward)           \
-  X(AdaLnModulation, Forward, adaln_forward)           \
-  X(AdaLnModulation, Backward, adaln_backward)         \
-  X(AdaLnGateResidual, Forward, gate_residual_forward) \
-  X(AdaLnGateResidual, Backward, gate_residual_backward)
+#define KERNEL_ALIGN_CUDA_PLANS(X)                       \
+  X(QkRmsNorm, Forward, rmsnorm_forward)                 \
+  X(QkRmsNorm, Backward, rmsnorm_backward)               \
+  X(MultiAxisRope, Forward, rope)                        \
+  X(MultiAxisRope, Backward, rope)                       \
+  X(QkNormRope, Forward, qk_norm_rope_forward)           \
+  X(QkNormRope, Backward, qk_norm_rope_backward)         \
+  X(Linear, Forward, gemm)                               \
+  X(Linear, Backward, linear_backward)                   \
+  X(Attention, Forward, attention_forward)               \
+  X(Attention, Backward, attention_backward)             \
+  X(AdaLnModulation, Forward, adaln_forward)             \
+  X(AdaLnModulation, Backward, adaln_backward)           \
+  X(AdaLnGateResidual, Forward, gate_residual_forward)   \
+  X(AdaLnGateResidual, Backward, gate_residual_backward) \
+  X(Activation, Forward, activation_forward)             \
+  X(Activation, Backward, activation_backward)

@@ -1,12 +1,15 @@
-// adaln_modulation's and adaln_gate_residual's launches (device/modulation_kernels.cuh),
+// adaln_modulation's, adaln_gate_residual's and the activation's launches
+// (device/modulation_kernels.cuh, device/activation_kernels.cuh),
 // from their validated problems, for plan.hpp's Executors. Every choice here is a pure
 // function of the problem's extents; none changes a result bit.
 #pragma once
 
 #include <cstdint>
 
+#include "api/activation_problem.hpp"
 #include "api/adaln_problem.hpp"
 #include "api/gate_residual_problem.hpp"
+#include "cuda/device/activation_kernels.cuh"
 #include "cuda/device/modulation_kernels.cuh"
 #include "cuda/plan.hpp"
 
@@ -129,6 +132,31 @@ void adaln_backward(const detail::AdaLnBackwardProblem& p, Executor& exec) {
   }
   exec.template launch<AdaLnBackwardDx>(modulation_row_launch("adaln_backward_dx", a.tokens.rows()),
                                         a);
+}
+
+// The elementwise activation: one launch, a thread an element.
+inline ActivationParams activation_params(const ConstTensorView& x, const TensorView& out,
+                                          contract::Activation activation) {
+  ActivationParams a;
+  a.x = row_tensor(x);
+  a.out = out_row_tensor(out);
+  a.rows = detail::row_count(x);
+  a.d = x.shape[x.rank - 1];
+  a.activation = activation;
+  return a;
+}
+
+template <class Executor>
+void activation_forward(const detail::ActivationProblem& p, Executor& exec) {
+  const ActivationParams a = activation_params(p.x, p.y, p.activation);
+  exec.template launch<ActivationForward>(item_launch("activation_forward", a.rows * a.d), a);
+}
+
+template <class Executor>
+void activation_backward(const detail::ActivationBackwardProblem& p, Executor& exec) {
+  ActivationParams a = activation_params(p.x, p.dx, p.activation);
+  a.dy = row_tensor(p.dy);
+  exec.template launch<ActivationBackward>(item_launch("activation_backward", a.rows * a.d), a);
 }
 
 }  // namespace kernel_align::cuda::plan

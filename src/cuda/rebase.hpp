@@ -265,4 +265,21 @@ detail::GateResidualBackwardProblem rebased(const detail::GateResidualBackwardPr
   return r;
 }
 
+template <class Mirror>
+detail::ActivationProblem rebased(const detail::ActivationProblem& p, Mirror& m) {
+  detail::ActivationProblem r = p;
+  r.x = m.map(p.x, false);
+  r.y = m.map(p.y, true);
+  return r;
+}
+
+template <class Mirror>
+detail::ActivationBackwardProblem rebased(const detail::ActivationBackwardProblem& p, Mirror& m) {
+  detail::ActivationBackwardProblem r = p;
+  r.x = m.map(p.x, false);
+  r.dy = m.map(p.dy, false);
+  r.dx = m.map(p.dx, true);
+  return r;
+}
+
 }  // namespace kernel_align::cuda

@@ -1,8 +1,8 @@
-// adaln_modulation's and adaln_gate_residual's CUDA kernels (cuda/device/
-// modulation_kernels.cuh) and plans, the very source nvcc compiles, run by the grid
-// emulator ("cuda-emulated") through the public API against the reference backend, byte
-// for byte: every dtype and mode, forward and backward, D not a multiple of the 16 lanes
-// and Qwen-Image's 3072, sequences of one and of several 256-token blocks, the optional
+// adaln_modulation's, adaln_gate_residual's and the activation's CUDA kernels
+// (cuda/device/modulation_kernels.cuh, activation_kernels.cuh) and plans, the very source nvcc
+// compiles, run by the grid emulator ("cuda-emulated") through the public API against the reference
+// backend, byte for byte: every dtype and mode, forward and backward, D not a multiple of the 16
+// lanes and Qwen-Image's 3072, sequences of one and of several 256-token blocks, the optional
 // gradients absent, strided views, in place. Outputs start as 0xA5 bytes and are compared
 // whole, so a stray or missing write shows.
 #include <gtest/gtest.h>
@@ -135,6 +135,34 @@ TEST_F(ModulationOnEmulatedCuda, AdaLnModulationEqualsTheReference) {
         // The gradients asked for alone are those of the full call.
         EXPECT_TRUE(results[4] == results[1] && results[5] == results[3]);
         EXPECT_TRUE(results[6] == results[1] && results[7] == results[2]);
+      }
+    }
+  }
+}
+
+// The elementwise activation (cuda/device/activation_kernels.cuh), every kind, dtype and
+// rank, and in place.
+TEST_F(ModulationOnEmulatedCuda, ActivationEqualsTheReference) {
+  const std::vector<std::vector<std::int64_t>> shapes = {{7}, {3, 3072}, {2, 5, 33}, {2, 3, 4, 9}};
+  for (const auto& shape : shapes) {
+    for (const DType dtype : kDTypes) {
+      for (const Activation kind : {Activation::None, Activation::GeluTanh, Activation::Silu}) {
+        SCOPED_TRACE(std::to_string(shape.size()) + "-D " + dtype_name(dtype) + " " +
+                     activation_name(kind));
+        test::Rng rng(9);
+        const HostTensor x = test::random_tensor(dtype, shape, rng, 4.0, 6);
+        const HostTensor dy = test::random_tensor(dtype, shape, rng);
+        std::vector<HostTensor> results;
+        on_both([&] {
+          HostTensor y = poisoned(dtype, shape), dx = poisoned(dtype, shape);
+          activation_forward(x.cview(), y.view(), {kind});
+          activation_backward(x.cview(), dy.cview(), dx.view(), {kind});
+          HostTensor in_place = x;
+          activation_forward(in_place.cview(), in_place.view(), {kind});
+          results.insert(results.end(), {y, dx, in_place});
+        });
+        ASSERT_EQ(results.size(), 6u);
+        for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(results[i] == results[i + 3]) << i;
       }
     }
   }

@@ -3,7 +3,7 @@
 // strides (any: zero, overlapping, huge), dtypes, layouts, modes, pairings, eps,
 // text_len, linear's activations and optional gradients, attention's masks and layouts,
 // adaln_modulation's and adaln_gate_residual's modulations ([B, D] or [B, 1, D]) and optional
-// gradients, bool
+// gradients, the activation's kinds and ranks, bool
 // tensors where numbers belong, outputs in place or anywhere (overlapping
 // inputs and each other, or beside them with the same strides: byte ranges that interleave, with or
 // without a common element), pointers off their dtype's alignment. The validation must accept a
@@ -25,6 +25,7 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include "api/ops/activation.hpp"
 #include "api/ops/adaln_gate_residual.hpp"
 #include "api/ops/adaln_modulation.hpp"
 #include "api/ops/attention.hpp"
@@ -188,12 +189,31 @@ struct Call {
 Call decode(FuzzedDataProvider& f, Arena& arena) {
   Decoder in(f, arena);
   Call call;
-  const int op = f.ConsumeIntegralInRange<int>(0, 13);
+  const int op = f.ConsumeIntegralInRange<int>(0, 15);
   const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
   const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
   const auto add = [&](const auto& v) {
     if (v) call.views.push_back(*v);
   };
+  if (op >= 14) {  // activation: x of rank 1 to 4, the output in place or anywhere
+    const ActivationOptions options{static_cast<Activation>(in.small(0, 2))};
+    const std::int64_t shape[4] = {in.dim(3), in.dim(5), in.dim(3), in.dim(40)};
+    const int rank = static_cast<int>(in.small(1, 4));
+    const TensorView x = in.view(in.dtype(), rank, shape + (4 - rank));
+    if (op == 14) {
+      const TensorView y = in.coin() ? x : in.same_shape(in.dtype(), x);
+      call.views = {x, y};
+      call.run = [=] { activation_forward(x, y, options); };
+      call.validate = [=] { detail::activation_forward_call(x, y, options); };
+      return call;
+    }
+    const TensorView dy = in.same_shape(in.dtype(), x);
+    const TensorView dx = in.coin() ? (in.coin() ? x : dy) : in.same_shape(in.dtype(), x);
+    call.views = {x, dy, dx};
+    call.run = [=] { activation_backward(x, dy, dx, options); };
+    call.validate = [=] { detail::activation_backward_call(x, dy, dx, options); };
+    return call;
+  }
   if (op >= 10) {  // adaln_modulation, adaln_gate_residual
     const std::int64_t shape[3] = {in.dim(3), in.dim(9), in.dim(40)};
     const TensorView x = in.view(in.dtype(), 3, shape);
