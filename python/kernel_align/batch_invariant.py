@@ -9,8 +9,9 @@ then runs ``kernel_align.linear``, forward and backward (aten's own derivative f
 call ``mm`` again), and a row's bytes no longer depend on the rows it is batched with.
 On the CPU the mode also registers aten's flash attention for CPU
 (``_scaled_dot_product_flash_attention_for_cpu`` and its backward, which
-``F.scaled_dot_product_attention`` reaches there): it runs ``kernel_align.attention``
-(layout "bhsd"), so a sample's bytes do not depend on how far a key-padding mask pads it.
+``F.scaled_dot_product_attention`` reaches there), and on CUDA (where the extension has it)
+``scaled_dot_product_attention`` itself, before aten picks a kernel: both run
+``kernel_align.attention`` (layout "bhsd"), so a sample's bytes do not depend on how far a key-padding mask pads it.
 It takes what a key-padding mask is (none, or a bool or 0/-inf mask ``[B or 1, 1, 1, S]``,
 q, k and v of one shape, the default scale, no dropout, not causal) and raises
 NotImplementedError naming the argument for anything else, never computing it another
@@ -141,8 +142,25 @@ def _flash_attention_cpu_backward(grad_out, query, key, value, out, logsumexp, d
     return ops.attention_backward(query, key, value, mask, out, grad_out, "bhsd")
 
 
+def _scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                  is_causal=False, *, scale=None, enable_gqa=False):
+    if enable_gqa:
+        raise NotImplementedError(
+            "kernel_align.batch_invariant: scaled_dot_product_attention: argument "
+            "'enable_gqa': expected False (kernel_align.attention's joint attention), found True")
+    mask = _key_padding(query, key, value, dropout_p, is_causal, attn_mask, scale)
+    return ops.attention(query, key, value, mask, "bhsd")
+
+
+# On CUDA, F.scaled_dot_product_attention itself: a composite op, so its kernel is
+# registered for the autograd key too, where aten would otherwise decompose it into the
+# flash, memory-efficient, cuDNN or math kernel it picks per device and dtype.
+# kernel_align.attention records its own gradient. (A test runs this registration on the
+# CPU's keys.)
+_SDPA_KEYS = ("AutogradCUDA", "CUDA") if HAS_CUDA else ()
+
 # aten's CPU flash attention and its backward: the kernels F.scaled_dot_product_attention
-# reaches on the CPU (CUDA's are other ops, left to torch).
+# reaches on the CPU.
 _CPU_OVERRIDES = {
     "_scaled_dot_product_flash_attention_for_cpu": _flash_attention_cpu,
     "_scaled_dot_product_flash_attention_for_cpu_backward": _flash_attention_cpu_backward,
@@ -168,6 +186,8 @@ def _update_locked() -> None:
                     library.impl(name, kernel, key)
             for name, kernel in _CPU_OVERRIDES.items():
                 library.impl(name, kernel, "CPU")
+            for key in _SDPA_KEYS:
+                library.impl("scaled_dot_product_attention", _scaled_dot_product_attention, key)
         _library = library
     elif not wanted and _library is not None:
         _library._destroy()

@@ -6,6 +6,8 @@ equal, forward and backward) and refuses what it cannot compute."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -152,6 +154,31 @@ def test_batch_invariant_routes_sdpa_on_the_cpu():
     with ka.batch_invariant():
         assert_bitwise(F.scaled_dot_product_attention(q, k, v),
                        ka.attention(q, k, v, layout="bhsd"))
+
+
+def test_batch_invariant_routes_the_composite_sdpa_as_on_cuda(monkeypatch):
+    """The registration CUDA gets (F.scaled_dot_product_attention itself, on its autograd
+    and backend keys, before aten picks a kernel), made on the CPU's keys: the routed call
+    and its gradients are kernel_align.attention's; leaving the mode undoes it; GQA is
+    refused by name."""
+    module = importlib.import_module("kernel_align.batch_invariant")
+    monkeypatch.setattr(module, "_SDPA_KEYS", ("AutogradCPU", "CPU"))
+    monkeypatch.setattr(module, "_CPU_OVERRIDES", {})
+    q, k, v = _qkv((2, 3, 12, 16), grad=True)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 8:] = False
+    with ka.batch_invariant():
+        routed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+        routed_grads = torch.autograd.grad(routed.sum(), (q, k, v))
+        with pytest.raises(NotImplementedError, match="argument 'enable_gqa'"):
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    ours = ka.attention(q, k, v, mask, layout="bhsd")
+    assert_bitwise(routed, ours)
+    for a, b in zip(routed_grads, torch.autograd.grad(ours.sum(), (q, k, v))):
+        assert_bitwise(a, b)
+    # Outside the mode: torch's own (its masked rows attend to the valid keys).
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+    assert not torch.equal(theirs[1, :, 8:], ours[1, :, 8:])
 
 
 @pytest.mark.parametrize("kwargs, argument", [

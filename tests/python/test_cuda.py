@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import kernel_align as ka
 from formulas import assert_bitwise
@@ -105,6 +106,24 @@ def test_block_ops_give_the_cpu_bytes(dtype, generator):
                         got if isinstance(got, tuple) else (got,)):
             assert g.is_cuda
             assert_bitwise(g.cpu(), e)
+
+
+def test_batch_invariant_routes_sdpa_on_cuda(generator):
+    """F.scaled_dot_product_attention on CUDA tensors inside the mode: the CPU's bytes of
+    kernel_align.attention, forward and backward."""
+    q, k, v = (torch.randn(2, 2, 24, 128, generator=generator).bfloat16() for _ in range(3))
+    mask = torch.ones(2, 24, dtype=torch.bool)
+    mask[0, 17:] = False
+    expected = ka.attention(q, k, v, mask, layout="bhsd")
+    qd, kd, vd = (t.cuda().requires_grad_() for t in (q, k, v))
+    with ka.batch_invariant():
+        got = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask.cuda()[:, None, None, :])
+        grads = torch.autograd.grad(got.float().sum(), (qd, kd, vd))
+    assert_bitwise(got.detach().cpu(), expected)
+    host = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = torch.autograd.grad(ka.attention(*host, mask, layout="bhsd").float().sum(), host)
+    for g, w in zip(grads, want):
+        assert_bitwise(g.cpu(), w)
 
 
 def test_autograd_and_compile_on_cuda(generator):
