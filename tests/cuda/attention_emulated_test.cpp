@@ -13,34 +13,19 @@
 #include <string>
 #include <vector>
 
-#include "cuda/emulator/emulated_backend.hpp"
+#include "emulated_fixture.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
-#include "registry/registry.hpp"
-#include "support/runtime_guard.hpp"
 #include "support/tensors.hpp"
 
 namespace kernel_align {
 namespace {
 
 using test::HostTensor;
+using test::poisoned;
 
-HostTensor poisoned(DType dtype, const std::vector<std::int64_t>& shape) {
-  HostTensor t(dtype, shape);
-  t.fill_bytes(std::byte{0xA5});
-  return t;
-}
-
-class AttentionOnEmulatedCuda : public ::testing::Test {
- protected:
-  void SetUp() override { registration_.emplace(cuda::emulation::emulated_cuda_backend()); }
-  void TearDown() override { registration_.reset(); }
-
- private:
-  test::RuntimeGuard guard_;
-  std::optional<registry::ScopedRegistration> registration_;
-};
+using AttentionOnEmulatedCuda = test::OnEmulatedCuda;
 
 struct Case {
   std::int64_t batch, seq, heads, dim;

@@ -15,28 +15,20 @@
 #include <string>
 #include <vector>
 
-#include "cuda/emulator/emulated_backend.hpp"
+#include "emulated_fixture.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/registry.hpp"
 #include "kernel_align/runtime.hpp"
-#include "registry/registry.hpp"
-#include "support/runtime_guard.hpp"
 #include "support/tensors.hpp"
 
 namespace kernel_align {
 namespace {
 
 using test::HostTensor;
+using test::poisoned;
 
 constexpr DType kDTypes[] = {DType::F32, DType::BF16, DType::F16};
 constexpr NormMode kModes[] = {NormMode::Single, NormMode::Diffusers};
-
-// A fresh output: 0xA5 in every byte.
-HostTensor poisoned(DType dtype, const std::vector<std::int64_t>& shape) {
-  HostTensor t(dtype, shape);
-  t.fill_bytes(std::byte{0xA5});
-  return t;
-}
 
 // Runs `call` on the reference backend and on the emulated CUDA kernels.
 template <class Call>
@@ -49,15 +41,7 @@ void on_both(const Call& call) {
   EXPECT_EQ(last_call().backend, "cuda-emulated");
 }
 
-class ModulationOnEmulatedCuda : public ::testing::Test {
- protected:
-  void SetUp() override { registration_.emplace(cuda::emulation::emulated_cuda_backend()); }
-  void TearDown() override { registration_.reset(); }
-
- private:
-  test::RuntimeGuard guard_;
-  std::optional<registry::ScopedRegistration> registration_;
-};
+using ModulationOnEmulatedCuda = test::OnEmulatedCuda;
 
 struct Shape {
   std::int64_t batch, seq, dim;

@@ -22,9 +22,18 @@ struct ActivationParams {
   contract::Activation activation = contract::Activation::Silu;
 };
 
-template <class Grid>
-KA_DEVICE float row_element(const RowTensor& t, std::int64_t row, std::int64_t i) {
+KA_DEVICE float load_row_element(const RowTensor& t, std::int64_t row, std::int64_t i) {
   return contract::load_f32(t.dtype, t.data, t.rows.offset(row) + i * t.step);
+}
+
+// The calling thread's element of the call: out = value(row, i); nothing past the last.
+template <class Grid, class Value>
+KA_DEVICE void for_own_element(const ActivationParams& p, const Value& value) {
+  const std::int64_t e = global_thread<Grid>();
+  if (e >= p.rows * p.d) return;
+  const std::int64_t row = e / p.d, i = e % p.d;
+  contract::store_output(p.out.dtype, p.out.data, p.out.rows.offset(row) + i * p.out.step,
+                         value(row, i));
 }
 
 template <class Grid>
@@ -33,12 +42,9 @@ struct ActivationForward {
   struct Shared {};
 
   static KA_DEVICE void run(const Params& p, Shared&) {
-    const std::int64_t e =
-        static_cast<std::int64_t>(Grid::block()) * Grid::threads() + Grid::thread();
-    if (e >= p.rows * p.d) return;
-    const std::int64_t row = e / p.d, i = e % p.d;
-    contract::store_output(p.out.dtype, p.out.data, p.out.rows.offset(row) + i * p.out.step,
-                           contract::activate(p.activation, row_element<Grid>(p.x, row, i)));
+    for_own_element<Grid>(p, [&](std::int64_t row, std::int64_t i) {
+      return contract::activate(p.activation, load_row_element(p.x, row, i));
+    });
   }
 };
 
@@ -48,14 +54,10 @@ struct ActivationBackward {
   struct Shared {};
 
   static KA_DEVICE void run(const Params& p, Shared&) {
-    const std::int64_t e =
-        static_cast<std::int64_t>(Grid::block()) * Grid::threads() + Grid::thread();
-    if (e >= p.rows * p.d) return;
-    const std::int64_t row = e / p.d, i = e % p.d;
-    contract::store_output(
-        p.out.dtype, p.out.data, p.out.rows.offset(row) + i * p.out.step,
-        contract::activate_backward(p.activation, row_element<Grid>(p.dy, row, i),
-                                    row_element<Grid>(p.x, row, i)));
+    for_own_element<Grid>(p, [&](std::int64_t row, std::int64_t i) {
+      return contract::activate_backward(p.activation, load_row_element(p.dy, row, i),
+                                         load_row_element(p.x, row, i));
+    });
   }
 };
 

@@ -64,11 +64,6 @@ struct AttentionExtents {
   std::int64_t batch = 0, seq = 0, heads = 0, dim = 0;
 };
 
-template <class Grid>
-KA_DEVICE std::int64_t attention_thread() {
-  return static_cast<std::int64_t>(Grid::block()) * Grid::threads() + Grid::thread();
-}
-
 // ---- the valid tokens and the padding --------------------------------------------------
 
 struct ValidTokensParams {
@@ -84,7 +79,7 @@ struct AttentionValidTokens {
   struct Shared {};
 
   static KA_DEVICE void run(const Params& p, Shared&) {
-    const std::int64_t b = attention_thread<Grid>();
+    const std::int64_t b = global_thread<Grid>();
     if (b >= p.extents.batch) return;
     std::int64_t n = 0;
     for (std::int64_t s = 0; s < p.extents.seq; ++s) {
@@ -109,7 +104,7 @@ struct AttentionZeroPadding {
 
   static KA_DEVICE void run(const Params& p, Shared&) {
     const AttentionExtents& e = p.extents;
-    const std::int64_t i = attention_thread<Grid>();
+    const std::int64_t i = global_thread<Grid>();
     if (i >= e.batch * e.seq * e.heads * e.dim) return;
     const std::int64_t d = i % e.dim;
     const std::int64_t h = (i / e.dim) % e.heads;
@@ -154,7 +149,7 @@ struct AttentionSoftmaxRows {
   struct Shared {};
 
   static KA_DEVICE void run(const Params& p, Shared&) {
-    const std::int64_t i = attention_thread<Grid>();
+    const std::int64_t i = global_thread<Grid>();
     if (i >= p.n) return;
     float* row = p.probabilities + i * p.n;
     for (std::int64_t j = 0; j < p.n; ++j) row[j] = contract::mul(p.dot(p.q, i, p.k, j), p.scale);
@@ -174,7 +169,7 @@ struct AttentionOutputColumns {
   struct Shared {};
 
   static KA_DEVICE void run(const Params& p, Shared&) {
-    const std::int64_t e = attention_thread<Grid>();
+    const std::int64_t e = global_thread<Grid>();
     if (e >= p.n * p.extents.dim) return;
     const std::int64_t i = e / p.extents.dim;
     const std::int64_t d = e % p.extents.dim;
@@ -194,7 +189,7 @@ struct AttentionBackwardRows {
   struct Shared {};
 
   static KA_DEVICE void run(const Params& p, Shared&) {
-    const std::int64_t i = attention_thread<Grid>();
+    const std::int64_t i = global_thread<Grid>();
     if (i >= p.n) return;
     float* row = p.probabilities + i * p.n;
     float* grads = p.score_grads + i * p.n;
@@ -216,7 +211,7 @@ struct AttentionBackwardColumns {
   struct Shared {};
 
   static KA_DEVICE void run(const Params& p, Shared&) {
-    const std::int64_t e = attention_thread<Grid>();
+    const std::int64_t e = global_thread<Grid>();
     if (e >= p.n * p.extents.dim) return;
     const std::int64_t x = e / p.extents.dim;
     const std::int64_t d = e % p.extents.dim;

@@ -55,9 +55,14 @@ struct Tokens {
   KA_HD std::int64_t token_blocks() const { return contract::dw_block_count(seq); }
 };
 
-template <class Grid>
-KA_DEVICE std::int64_t global_thread() {
-  return static_cast<std::int64_t>(Grid::block()) * Grid::threads() + Grid::thread();
+// Element e of a [B, S, D] call, in (b, s, i) row-major order.
+struct TokenElement {
+  std::int64_t b, s, i;
+};
+
+KA_HD inline TokenElement token_element(const Tokens& t, std::int64_t e) {
+  const std::int64_t r = e / t.dim;
+  return {r / t.seq, r % t.seq, e % t.dim};
 }
 
 // ---- the sums over a sample's tokens ------------------------------------------------
@@ -138,10 +143,7 @@ struct GateForward {
   static KA_DEVICE void run(const Params& p, Shared&) {
     const std::int64_t e = global_thread<Grid>();
     if (e >= p.tokens.elements()) return;
-    const std::int64_t i = e % p.tokens.dim;
-    const std::int64_t r = e / p.tokens.dim;
-    const std::int64_t b = r / p.tokens.seq;
-    const std::int64_t s = r % p.tokens.seq;
+    const auto [b, s, i] = token_element(p.tokens, e);
     p.out.store(b, s, i,
                 contract::gate_residual_forward(p.x.load(b, s, i), p.gate.load(b, 0, i),
                                                 p.y.load(b, s, i), p.mode, p.out.dtype));
@@ -181,10 +183,7 @@ struct GateBackwardDy {
   static KA_DEVICE void run(const Params& p, Shared&) {
     const std::int64_t e = global_thread<Grid>();
     if (e >= p.tokens.elements()) return;
-    const std::int64_t i = e % p.tokens.dim;
-    const std::int64_t r = e / p.tokens.dim;
-    const std::int64_t b = r / p.tokens.seq;
-    const std::int64_t s = r % p.tokens.seq;
+    const auto [b, s, i] = token_element(p.tokens, e);
     p.dy.store(b, s, i, contract::gate_residual_dy(p.gate.load(b, 0, i), p.dout.load(b, s, i)));
   }
 };

@@ -37,6 +37,13 @@ struct CudaGrid {
 };
 #endif
 
+// The launch-wide index of the calling thread (1-D blocks along grid x): kernels of one
+// item a thread.
+template <class Grid>
+KA_DEVICE std::int64_t global_thread() {
+  return static_cast<std::int64_t>(Grid::block()) * Grid::threads() + Grid::thread();
+}
+
 // Four consecutive elements of a dtype as one aligned load or store: 16 bytes of fp32,
 // 8 bytes of bf16/fp16.
 template <DType T>
