@@ -708,10 +708,15 @@ def check(argv: list[str] | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "grpo":
+        from .grpo import grpo
+        return grpo(argv[1:])
     if not argv or argv[0] != "check":
         print("usage: python -m kernel_align.alignment check [--layers N] [--heads N] "
               "[--image WxH] [--text-lens L,L,L,L | --text-len N] [--no-cfg] [--edit] "
-              "[--dtype bf16|fp16|fp32] [--no-backward] [--json FILE] [--keep DIR] [--cli PATH]",
+              "[--dtype bf16|fp16|fp32] [--no-backward] [--json FILE] [--keep DIR] [--cli PATH]\n"
+              "       python -m kernel_align.alignment grpo [--layers N] [--heads N] "
+              "[--image N] [--dtype bf16|fp32]",
               file=sys.stderr)
         return 2
     return check(argv[1:])

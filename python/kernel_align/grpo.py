@@ -1,0 +1,206 @@
+"""The RL step's log-probabilities, sampler against trainer (issue 33's demonstration):
+``python -m kernel_align.alignment grpo``.
+
+A small random Qwen-Image transformer runs as Flow-GRPO's sampler (4 prompts of different
+lengths padded to the longest with the mask, true CFG's conditional and unconditional
+passes in one batch, a few SDE steps under ``inference_mode``, each step's log-probability
+recorded) and as its trainer (each sample alone at its own prompt length, the two CFG
+passes each alone, gradients enabled, the log-probability of each recorded step recomputed
+from the recorded latents). It prints, per configuration, the largest
+``|logp_train - logp_sample|`` and ``|exp(logp_train - logp_sample) - 1|`` over samples and
+steps: with diffusers' defaults (torch's kernels and Flow-GRPO's expressions) and with the
+model under kernel-align's contract (``kernel_align.diffusers.under_contract``, and the step
+computed so that a sample's bytes depend on that sample alone).
+
+The step is Flow-GRPO's ``sde_step_with_logprob`` of the flow-matching Euler scheduler:
+with ``std = sqrt(sigma / (1 - sigma')) * noise_level`` (``sigma' = sigma_max`` where
+``sigma = 1``), ``dt = sigma_prev - sigma``,
+
+    mean = x (1 + std^2 dt / (2 sigma)) + v (1 + std^2 (1 - sigma) / (2 sigma)) dt
+    prev = mean + std sqrt(-dt) noise                       (sampling)
+    logp = mean over the sample's elements of
+           -(prev - mean)^2 / (2 (std sqrt(-dt))^2) - log(std sqrt(-dt)) - log(sqrt(2 pi))
+
+and true CFG is ``v = uncond + scale (cond - uncond)``, rescaled per token to the
+conditional prediction's norm, as the Qwen-Image pipeline does. Under the contract the
+per-sample coefficients are computed once per sample in double precision and rounded to
+fp32 (not in a batch's vector lanes), the elementwise steps are fp32 IEEE operations, and
+the two sums (each token's squared norm for the CFG rescale, each sample's squared
+distance for logp) run ``kernel_align.linear``'s fixed tree, a row at a time; until the
+library's ``flow_sde_step_logp`` op lands (issue 33), this module computes the step so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import torch
+
+from . import diffusers as ka_diffusers
+from .functional import linear
+
+__all__ = ["grpo"]
+
+_SIGMAS = (1.0, 0.8, 0.6, 0.4)  # the steps' sigmas: sigma_max = _SIGMAS[1], as Flow-GRPO's
+_NOISE_LEVEL = 0.7  # Flow-GRPO's default
+_CFG_SCALE = 4.0  # the Qwen-Image pipeline's true_cfg_scale default
+
+
+def _coefficients(sigma: float, sigma_prev: float) -> dict[str, float]:
+    """A step's per-sample constants, in double precision."""
+    sigma_max = _SIGMAS[1]
+    dt = sigma_prev - sigma
+    std = math.sqrt(sigma / (1 - (sigma_max if sigma == 1 else sigma))) * _NOISE_LEVEL
+    scale = std * math.sqrt(-dt)
+    return dict(x=1 + std * std / (2 * sigma) * dt,
+                v=(1 + std * std * (1 - sigma) / (2 * sigma)) * dt,
+                noise=scale,
+                inverse_two_var=1 / (2 * scale * scale),
+                log_norm=-math.log(scale) - math.log(math.sqrt(2 * math.pi)))
+
+
+def _row_sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
+    """Each row's sum of squares by linear's tree, a row at a time: a row's bytes depend
+    on that row alone."""
+    return torch.cat([linear(r[None], r[None]) for r in rows]).reshape(rows.shape[0])
+
+
+def _cfg(cond: torch.Tensor, uncond: torch.Tensor, contract: bool) -> torch.Tensor:
+    """True CFG with the pipeline's norm rescale, per token over the channels."""
+    combined = uncond + _CFG_SCALE * (cond - uncond)
+    if not contract:
+        cond_norm = torch.norm(cond, dim=-1, keepdim=True)
+        combined_norm = torch.norm(combined, dim=-1, keepdim=True)
+        return combined * (cond_norm / combined_norm)
+    tokens = cond.shape[-1]
+    cond_norm = _row_sums_of_squares(cond.reshape(-1, tokens)).sqrt()
+    combined_norm = _row_sums_of_squares(combined.reshape(-1, tokens)).sqrt()
+    ratio = (cond_norm / combined_norm).reshape(*cond.shape[:-1], 1)
+    return combined * ratio
+
+
+def _step(x: torch.Tensor, v: torch.Tensor, sigma: float, sigma_prev: float,
+          noise: torch.Tensor | None, prev: torch.Tensor | None, contract: bool):
+    """(prev, logp [B]) of the step; with ``noise``, sampling, else replaying ``prev``."""
+    c = _coefficients(sigma, sigma_prev)
+    if not contract:  # Flow-GRPO's expressions, in torch's tensors and reductions
+        sigma_t = torch.full((x.shape[0], 1, 1), sigma)
+        dt = sigma_prev - sigma_t
+        std = torch.sqrt(sigma_t / (1 - torch.where(sigma_t == 1, _SIGMAS[1], sigma_t)))
+        std = std * _NOISE_LEVEL
+        mean = x * (1 + std ** 2 / (2 * sigma_t) * dt) + v * (
+            1 + std ** 2 * (1 - sigma_t) / (2 * sigma_t)) * dt
+        if prev is None:
+            prev = mean + std * torch.sqrt(-1 * dt) * noise
+        logp = (-((prev.detach() - mean) ** 2) / (2 * ((std * torch.sqrt(-1 * dt)) ** 2))
+                - torch.log(std * torch.sqrt(-1 * dt))
+                - torch.log(torch.sqrt(2 * torch.as_tensor(math.pi))))
+        return prev, logp.mean(dim=tuple(range(1, logp.ndim)))
+    f32 = {name: torch.tensor(value, dtype=torch.float32) for name, value in c.items()}
+    mean = x * f32["x"] + v * f32["v"]
+    if prev is None:
+        prev = mean + f32["noise"] * noise
+    distance = (prev.detach() - mean).reshape(x.shape[0], -1)
+    count = distance.shape[1]
+    squares = _row_sums_of_squares(distance)
+    logp = -(squares * f32["inverse_two_var"]) / count + f32["log_norm"]
+    return prev, logp
+
+
+def _run(model, config: dict, contract: bool) -> tuple[float, float]:
+    """(largest |logp_train - logp_sample|, largest |ratio - 1|) over samples and steps."""
+    lens, negative_lens = config["lens"], config["negative_lens"]
+    samples, width = len(lens), max(lens + negative_lens)
+    g = torch.Generator().manual_seed(7)
+    text = torch.randn(2 * samples, width, 64, generator=g)
+    all_lens = lens + negative_lens
+    mask = torch.arange(width)[None, :] < torch.tensor(all_lens)[:, None]
+    text = (text * mask[..., None]).to(config["dtype"])
+    x = torch.randn(samples, config["tokens"], 64, generator=g)
+    noises = [torch.randn(samples, config["tokens"], 64, generator=g)
+              for _ in range(len(_SIGMAS) - 1)]
+    shapes = [[(1, config["grid"], config["grid"])]]
+
+    def velocity(latents, prompts, prompt_mask, sigma):
+        out = model(hidden_states=latents.to(config["dtype"]), encoder_hidden_states=prompts,
+                    encoder_hidden_states_mask=prompt_mask,
+                    timestep=torch.full((latents.shape[0],), sigma).to(config["dtype"]),
+                    img_shapes=shapes * latents.shape[0]).sample
+        return out.float()
+
+    # The sampler: one batch of the conditional and unconditional passes, padded.
+    recorded = []
+    with torch.inference_mode():
+        latents = x
+        for step, (sigma, sigma_prev) in enumerate(zip(_SIGMAS, _SIGMAS[1:])):
+            both = velocity(torch.cat([latents, latents]), text, mask, sigma)
+            v = _cfg(both[:samples], both[samples:], contract)
+            prev, logp = _step(latents, v, sigma, sigma_prev, noises[step], None, contract)
+            recorded.append((latents, prev, logp))
+            latents = prev
+    # Out of inference mode: the trainer's graph may hold them.
+    recorded = [tuple(t.clone() for t in step) for step in recorded]
+
+    # The trainer: each sample alone, each pass at its own prompt length, with gradients.
+    worst, worst_ratio = 0.0, 0.0
+    with torch.enable_grad():
+        for i in range(samples):
+            for step, (sigma, sigma_prev) in enumerate(zip(_SIGMAS, _SIGMAS[1:])):
+                latents, prev, logp_sample = recorded[step]
+                xi = latents[i:i + 1].clone()
+                cond = velocity(xi, text[i:i + 1, :lens[i]], None, sigma)
+                uncond = velocity(xi, text[samples + i:samples + i + 1, :negative_lens[i]],
+                                  None, sigma)
+                v = _cfg(cond, uncond, contract)
+                _, logp = _step(xi, v, sigma, sigma_prev, None, prev[i:i + 1], contract)
+                difference = (logp.detach() - logp_sample[i]).abs().item()
+                worst = max(worst, difference)
+                worst_ratio = max(worst_ratio, abs(math.expm1(difference)))
+    return worst, worst_ratio
+
+
+def grpo(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kernel_align.alignment grpo",
+        description="Flow-GRPO's per-step log-probabilities of a small random Qwen-Image "
+        "transformer, a batched sampler (padded prompts, true CFG) against a per-sample "
+        "trainer, with diffusers' defaults and under kernel-align's contract")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--image", type=int, default=256, help="square image side (pixels)")
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
+    args = parser.parse_args(argv)
+    from .alignment import _build_model, _negative_len
+
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    grid = args.image // 16
+    lens = [32, 25, 20, 28]
+    config = dict(lens=lens, negative_lens=[_negative_len(n) for n in lens], dtype=dtype,
+                  tokens=grid * grid, grid=grid)
+    model = _build_model(args.layers, args.heads, dtype).eval()
+    print(f"kernel-align grpo: QwenImageTransformer2DModel, {args.layers} layers, {args.heads} "
+          f"heads, {args.image}x{args.image} image, {args.dtype}, random weights; "
+          f"{len(_SIGMAS) - 1} SDE steps (sigmas {', '.join(map(str, _SIGMAS))}, noise level "
+          f"{_NOISE_LEVEL}), true CFG scale {_CFG_SCALE}")
+    print(f"sampler: batch of {2 * len(lens)} (prompts of {', '.join(map(str, lens))} tokens "
+          "and their negative prompts, padded with the mask), inference_mode")
+    print("trainer: each sample alone, each CFG pass at its own prompt length, grad enabled")
+    print(f"{'configuration':<24} {'max |logp_train - logp_sample|':>31} {'max |ratio - 1|':>16}"
+          f" {'time s':>7}")
+    for name, contract in (("diffusers' defaults", False), ("kernel-align contract", True)):
+        start = time.perf_counter()
+        if contract:
+            with ka_diffusers.under_contract(model):
+                worst, ratio = _run(model, config, True)
+        else:
+            worst, ratio = _run(model, config, False)
+        print(f"{name:<24} {worst:>31.3g} {ratio:>16.3g} {time.perf_counter() - start:>7.1f}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(grpo())

@@ -1,0 +1,31 @@
+"""python -m kernel_align.alignment grpo: Flow-GRPO's per-step log-probabilities of a batched
+sampler (padded prompts, true CFG in one batch) and a per-sample trainer are the same bits
+under kernel-align's contract (ratio exactly 1), on a model small enough for the tests."""
+
+from __future__ import annotations
+
+import torch
+
+import kernel_align.alignment as alignment
+from kernel_align import grpo as grpo_module
+from kernel_align.diffusers import under_contract
+
+
+def _config(dtype):
+    lens = [9, 6, 4, 7]
+    return dict(lens=lens, negative_lens=[alignment._negative_len(n) for n in lens],
+                dtype=dtype, tokens=16, grid=4)
+
+
+def test_ratio_is_exactly_one_under_the_contract():
+    for dtype in (torch.bfloat16, torch.float32):
+        model = alignment._build_model(1, 1, dtype).eval()
+        with under_contract(model):
+            assert grpo_module._run(model, _config(dtype), True) == (0.0, 0.0)
+
+
+def test_the_command_prints_both_configurations(capsys):
+    assert alignment.main(["grpo", "--layers", "1", "--heads", "1", "--image", "64"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].startswith("diffusers' defaults")
+    assert lines[-1].split()[:4] == ["kernel-align", "contract", "0", "0"]
