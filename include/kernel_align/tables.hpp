@@ -57,4 +57,31 @@ struct TimestepEmbeddingSpec {
 std::vector<float> build_timestep_embedding(const float* timesteps, std::int64_t n,
                                             const TimestepEmbeddingSpec& spec = {});
 
+// The per-step constants of Flow-GRPO's SDE step of the flow-matching Euler scheduler
+// (`sde_step_with_logprob`), from sigma, the next step's sigma_prev, the noise level and
+// sigma_max (the scheduler's sigmas[1], which stands in for sigma where sigma = 1). With
+// dt = sigma_prev - sigma, s' = (sigma = 1 ? sigma_max : sigma) and
+// std^2 = sigma / (1 - s') * noise_level^2:
+//   mean = x * x_scale + v * v_scale      x_scale = 1 + std^2 dt / (2 sigma)
+//                                         v_scale = (1 + std^2 (1 - sigma) / (2 sigma)) dt
+//   prev = mean + noise_scale * noise     noise_scale = std sqrt(-dt)
+//   logp element = -(prev - mean)^2 * inverse_two_variance + log_normalizer
+//                                         inverse_two_variance = 1 / (2 std^2 (-dt))
+//                                         log_normalizer = -ln(std sqrt(-dt)) - ln(sqrt(2 pi))
+// Each constant is its expression on the fp32 inputs computed in MPFR at 256 bits (relative
+// error below 2^-250), then rounded once to fp32, nearest-even: no libm, so the same bits on
+// every machine.
+struct FlowSdeCoefficients {
+  float x_scale;
+  float v_scale;
+  float noise_scale;
+  float inverse_two_variance;
+  float log_normalizer;
+};
+
+// The constants of the step from sigma to sigma_prev (above). Errors name sigma (in (0, 1]),
+// sigma_prev (in [0, sigma)), noise_level (finite, > 0) and sigma_max (in (0, 1)).
+FlowSdeCoefficients flow_sde_coefficients(float sigma, float sigma_prev, float noise_level,
+                                          float sigma_max);
+
 }  // namespace kernel_align

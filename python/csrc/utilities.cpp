@@ -298,6 +298,19 @@ std::int64_t get_num_threads() {
   return translate_errors("get_num_threads", [] { return std::int64_t{num_threads()}; });
 }
 
+// The SDE step's per-step constants (flow_sde_coefficients), in FlowSdeCoefficients'
+// order. A double argument is taken as the fp32 value nearest to it, as every fp32 option.
+std::vector<double> flow_sde_coefficients(double sigma, double sigma_prev, double noise_level,
+                                          double sigma_max) {
+  return translate_errors("flow_sde_coefficients", [&] {
+    const FlowSdeCoefficients c = kernel_align::flow_sde_coefficients(
+        fp32_option("sigma", sigma), fp32_option("sigma_prev", sigma_prev),
+        fp32_option("noise_level", noise_level), fp32_option("sigma_max", sigma_max));
+    return std::vector<double>{c.x_scale, c.v_scale, c.noise_scale, c.inverse_two_variance,
+                               c.log_normalizer};
+  });
+}
+
 // The library's version (kernel_align.__version__ reads it) and the contract's.
 std::string library_version() {
   return kernel_align::version();
@@ -319,6 +332,10 @@ TORCH_LIBRARY_FRAGMENT(kernel_align, m) {
       "timestep_embedding(Tensor timesteps, int channels, bool flip_sin_to_cos, "
       "float downscale_freq_shift, float scale, float max_period) -> Tensor",
       &ext::timestep_embedding);
+  m.def(
+      "flow_sde_coefficients(float sigma, float sigma_prev, float noise_level, "
+      "float sigma_max) -> float[]",
+      &ext::flow_sde_coefficients);
   m.def("check_options(int? head_dim, float? eps, str? norm_mode, str? pairing, str? layout) -> ()",
         &ext::check_options);
   m.def("has_cuda() -> bool", &ext::has_cuda);

@@ -23,8 +23,9 @@ with ``std = sqrt(sigma / (1 - sigma')) * noise_level`` (``sigma' = sigma_max`` 
 
 and true CFG is ``v = uncond + scale (cond - uncond)``, rescaled per token to the
 conditional prediction's norm, as the Qwen-Image pipeline does. Under the contract the
-per-sample coefficients are computed once per sample in double precision and rounded to
-fp32 (not in a batch's vector lanes), the elementwise steps are fp32 IEEE operations, and
+step's constants are ``flow_sde_coefficients``' (each exact expression rounded once to
+fp32, on the host, the same bits on every machine), the elementwise steps are fp32 IEEE
+operations, and
 the two sums (each token's squared norm for the CFG rescale, each sample's squared
 distance for logp) run ``kernel_align.linear``'s fixed tree, a row at a time; until the
 library's ``flow_sde_step_logp`` op lands (issue 33), this module computes the step so.
@@ -40,6 +41,7 @@ import time
 import torch
 
 from . import diffusers as ka_diffusers
+from ._ops import ops
 from .functional import linear
 
 __all__ = ["grpo"]
@@ -49,17 +51,12 @@ _NOISE_LEVEL = 0.7  # Flow-GRPO's default
 _CFG_SCALE = 4.0  # the Qwen-Image pipeline's true_cfg_scale default
 
 
-def _coefficients(sigma: float, sigma_prev: float) -> dict[str, float]:
-    """A step's per-sample constants, in double precision."""
-    sigma_max = _SIGMAS[1]
-    dt = sigma_prev - sigma
-    std = math.sqrt(sigma / (1 - (sigma_max if sigma == 1 else sigma))) * _NOISE_LEVEL
-    scale = std * math.sqrt(-dt)
-    return dict(x=1 + std * std / (2 * sigma) * dt,
-                v=(1 + std * std * (1 - sigma) / (2 * sigma)) * dt,
-                noise=scale,
-                inverse_two_var=1 / (2 * scale * scale),
-                log_norm=-math.log(scale) - math.log(math.sqrt(2 * math.pi)))
+def _coefficients(sigma: float, sigma_prev: float) -> dict[str, torch.Tensor]:
+    """A step's per-step constants (kernel_align's flow_sde_coefficients: each the exact
+    expression rounded once to fp32, the same bits on every machine), as fp32 scalars."""
+    names = ("x", "v", "noise", "inverse_two_var", "log_norm")
+    values = ops.flow_sde_coefficients(sigma, sigma_prev, _NOISE_LEVEL, _SIGMAS[1])
+    return {n: torch.tensor(value, dtype=torch.float32) for n, value in zip(names, values)}
 
 
 def _row_sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
@@ -85,7 +82,6 @@ def _cfg(cond: torch.Tensor, uncond: torch.Tensor, contract: bool) -> torch.Tens
 def _step(x: torch.Tensor, v: torch.Tensor, sigma: float, sigma_prev: float,
           noise: torch.Tensor | None, prev: torch.Tensor | None, contract: bool):
     """(prev, logp [B]) of the step; with ``noise``, sampling, else replaying ``prev``."""
-    c = _coefficients(sigma, sigma_prev)
     if not contract:  # Flow-GRPO's expressions, in torch's tensors and reductions
         sigma_t = torch.full((x.shape[0], 1, 1), sigma)
         dt = sigma_prev - sigma_t
@@ -99,7 +95,7 @@ def _step(x: torch.Tensor, v: torch.Tensor, sigma: float, sigma_prev: float,
                 - torch.log(std * torch.sqrt(-1 * dt))
                 - torch.log(torch.sqrt(2 * torch.as_tensor(math.pi))))
         return prev, logp.mean(dim=tuple(range(1, logp.ndim)))
-    f32 = {name: torch.tensor(value, dtype=torch.float32) for name, value in c.items()}
+    f32 = _coefficients(sigma, sigma_prev)
     mean = x * f32["x"] + v * f32["v"]
     if prev is None:
         prev = mean + f32["noise"] * noise

@@ -1,4 +1,6 @@
-// cos/sin tables of multi-axis RoPE (docs/positions-and-tables.md, "Tables").
+// cos/sin tables of multi-axis RoPE (docs/positions-and-tables.md, "Tables"), the
+// timestep embedding, and the SDE step's per-step constants: the host-side constants the
+// kernels take.
 //
 // Every step of diffusers' recipe runs in MPFR at fp32's precision and exponent
 // range and is rounded once, to nearest-even with fp32's subnormals: each result is
@@ -359,6 +361,101 @@ std::vector<float> build_timestep_embedding(const float* timesteps, std::int64_t
     }
   }
   return embedding;
+}
+
+namespace {
+
+// A real number carried at 256 bits: the SDE constants' exact expressions, each result
+// then rounded once to fp32.
+constexpr mpfr_prec_t kWide = 256;
+
+class WideNumber {
+ public:
+  WideNumber() { mpfr_init2(value_, kWide); }
+  ~WideNumber() { mpfr_clear(value_); }
+  WideNumber(const WideNumber&) = delete;
+  WideNumber& operator=(const WideNumber&) = delete;
+  mpfr_ptr get() { return value_; }
+  mpfr_srcptr get() const { return value_; }
+
+ private:
+  mpfr_t value_;
+};
+
+// `exact` (256 bits) rounded once to fp32, nearest-even, fp32's subnormals.
+float rounded_to_fp32(const WideNumber& exact) {
+  const Fp32ExponentRange fp32_range;
+  Fp32Number result;
+  round_to_fp32(result, mpfr_set(result.get(), exact.get(), MPFR_RNDN));
+  return result.to_float();
+}
+
+void set_wide(WideNumber& x, float f) {
+  const Fp32ExponentRange fp32_range;
+  Fp32Number exact;
+  exact.set_finite(f);
+  mpfr_set(x.get(), exact.get(), MPFR_RNDN);  // exact: 24 bits into 256
+}
+
+}  // namespace
+
+FlowSdeCoefficients flow_sde_coefficients(float sigma, float sigma_prev, float noise_level,
+                                          float sigma_max) {
+  if (!(sigma > 0.0f && sigma <= 1.0f)) throw Error("sigma", "in (0, 1]", float_text(sigma));
+  if (!(sigma_prev >= 0.0f && sigma_prev < sigma)) {
+    throw Error("sigma_prev", "in [0, sigma) = [0, " + float_text(sigma) + ")",
+                float_text(sigma_prev));
+  }
+  if (!(std::isfinite(noise_level) && noise_level > 0.0f)) {
+    throw Error("noise_level", "finite and > 0", float_text(noise_level));
+  }
+  if (!(sigma_max > 0.0f && sigma_max < 1.0f)) {
+    throw Error("sigma_max", "in (0, 1)", float_text(sigma_max));
+  }
+  WideNumber s, s_prev, level, denominator, dt, variance, t, u, result;
+  set_wide(s, sigma);
+  set_wide(s_prev, sigma_prev);
+  set_wide(level, noise_level);
+  set_wide(denominator, sigma == 1.0f ? sigma_max : sigma);
+  mpfr_sub(dt.get(), s_prev.get(), s.get(), MPFR_RNDN);  // exact at 256 bits
+  // std^2 = sigma / (1 - s') * noise_level^2
+  mpfr_ui_sub(t.get(), 1, denominator.get(), MPFR_RNDN);
+  mpfr_div(variance.get(), s.get(), t.get(), MPFR_RNDN);
+  mpfr_sqr(t.get(), level.get(), MPFR_RNDN);
+  mpfr_mul(variance.get(), variance.get(), t.get(), MPFR_RNDN);
+  FlowSdeCoefficients c{};
+  // x_scale = 1 + std^2 dt / (2 sigma)
+  mpfr_mul(t.get(), variance.get(), dt.get(), MPFR_RNDN);
+  mpfr_div(t.get(), t.get(), s.get(), MPFR_RNDN);
+  mpfr_div_2ui(t.get(), t.get(), 1, MPFR_RNDN);
+  mpfr_add_ui(result.get(), t.get(), 1, MPFR_RNDN);
+  c.x_scale = rounded_to_fp32(result);
+  // v_scale = (1 + std^2 (1 - sigma) / (2 sigma)) dt
+  mpfr_ui_sub(t.get(), 1, s.get(), MPFR_RNDN);
+  mpfr_mul(t.get(), t.get(), variance.get(), MPFR_RNDN);
+  mpfr_div(t.get(), t.get(), s.get(), MPFR_RNDN);
+  mpfr_div_2ui(t.get(), t.get(), 1, MPFR_RNDN);
+  mpfr_add_ui(t.get(), t.get(), 1, MPFR_RNDN);
+  mpfr_mul(result.get(), t.get(), dt.get(), MPFR_RNDN);
+  c.v_scale = rounded_to_fp32(result);
+  // The variance of a step's noise, std^2 (-dt), and its square root.
+  mpfr_neg(u.get(), dt.get(), MPFR_RNDN);
+  mpfr_mul(u.get(), u.get(), variance.get(), MPFR_RNDN);
+  mpfr_sqrt(result.get(), u.get(), MPFR_RNDN);
+  c.noise_scale = rounded_to_fp32(result);
+  mpfr_mul_2ui(t.get(), u.get(), 1, MPFR_RNDN);
+  mpfr_ui_div(result.get(), 1, t.get(), MPFR_RNDN);
+  c.inverse_two_variance = rounded_to_fp32(result);
+  // -ln(sqrt(u)) - ln(sqrt(2 pi)) = -(ln(u) + ln(2 pi)) / 2
+  mpfr_log(t.get(), u.get(), MPFR_RNDN);
+  mpfr_const_pi(result.get(), MPFR_RNDN);
+  mpfr_mul_2ui(result.get(), result.get(), 1, MPFR_RNDN);
+  mpfr_log(result.get(), result.get(), MPFR_RNDN);
+  mpfr_add(result.get(), t.get(), result.get(), MPFR_RNDN);
+  mpfr_div_2ui(result.get(), result.get(), 1, MPFR_RNDN);
+  mpfr_neg(result.get(), result.get(), MPFR_RNDN);
+  c.log_normalizer = rounded_to_fp32(result);
+  return c;
 }
 
 }  // namespace kernel_align

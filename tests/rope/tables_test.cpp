@@ -470,5 +470,86 @@ TEST(TimestepEmbeddingTest, RejectsInvalidInputs) {
   EXPECT_EQ(build(1, {.max_period = 0.0f}, t), "spec.max_period");
 }
 
+// flow_sde_coefficients against the same expressions written literally (std = sqrt(...)
+// first, then each constant as Flow-GRPO writes it) in MPFR at 512 bits, rounded by
+// mpfr_get_flt: equal, bit for bit, on a grid of steps with sigma = 1 among them.
+TEST(FlowSdeCoefficientsTest, EqualTheExpressionsEvaluatedAt512Bits) {
+  struct Wide {
+    mpfr_t v;
+    Wide() { mpfr_init2(v, 512); }
+    explicit Wide(float f) : Wide() { mpfr_set_flt(v, f, MPFR_RNDN); }
+    ~Wide() { mpfr_clear(v); }
+    Wide(const Wide&) = delete;
+    Wide& operator=(const Wide&) = delete;
+  };
+  const auto round = [](const Wide& w) { return mpfr_get_flt(w.v, MPFR_RNDN); };
+  for (const float noise_level : {0.7f, 1.0f, 0.3f}) {
+    const float sigmas[] = {1.0f, 0.9464f, 0.8f, 0.6f, 0.35f, 0.1f, 0.02f, 0.0f};
+    for (std::size_t i = 0; i + 1 < std::size(sigmas); ++i) {
+      const float sigma = sigmas[i], sigma_prev = sigmas[i + 1], sigma_max = sigmas[1];
+      SCOPED_TRACE(std::to_string(sigma) + " -> " + std::to_string(sigma_prev));
+      const FlowSdeCoefficients c =
+          flow_sde_coefficients(sigma, sigma_prev, noise_level, sigma_max);
+      Wide s(sigma), sp(sigma_prev), a(noise_level), d(sigma == 1.0f ? sigma_max : sigma);
+      Wide dt, std_dev, t, x_scale, v_scale, noise, inverse, log_norm;
+      mpfr_sub(dt.v, sp.v, s.v, MPFR_RNDN);
+      mpfr_ui_sub(t.v, 1, d.v, MPFR_RNDN);
+      mpfr_div(std_dev.v, s.v, t.v, MPFR_RNDN);
+      mpfr_sqrt(std_dev.v, std_dev.v, MPFR_RNDN);
+      mpfr_mul(std_dev.v, std_dev.v, a.v, MPFR_RNDN);
+      mpfr_sqr(t.v, std_dev.v, MPFR_RNDN);  // std^2
+      mpfr_mul(x_scale.v, t.v, dt.v, MPFR_RNDN);
+      mpfr_div(x_scale.v, x_scale.v, s.v, MPFR_RNDN);
+      mpfr_div_ui(x_scale.v, x_scale.v, 2, MPFR_RNDN);
+      mpfr_add_ui(x_scale.v, x_scale.v, 1, MPFR_RNDN);
+      mpfr_ui_sub(v_scale.v, 1, s.v, MPFR_RNDN);
+      mpfr_mul(v_scale.v, v_scale.v, t.v, MPFR_RNDN);
+      mpfr_div(v_scale.v, v_scale.v, s.v, MPFR_RNDN);
+      mpfr_div_ui(v_scale.v, v_scale.v, 2, MPFR_RNDN);
+      mpfr_add_ui(v_scale.v, v_scale.v, 1, MPFR_RNDN);
+      mpfr_mul(v_scale.v, v_scale.v, dt.v, MPFR_RNDN);
+      mpfr_neg(noise.v, dt.v, MPFR_RNDN);
+      mpfr_sqrt(noise.v, noise.v, MPFR_RNDN);
+      mpfr_mul(noise.v, noise.v, std_dev.v, MPFR_RNDN);  // std sqrt(-dt)
+      mpfr_sqr(inverse.v, noise.v, MPFR_RNDN);
+      mpfr_mul_ui(inverse.v, inverse.v, 2, MPFR_RNDN);
+      mpfr_ui_div(inverse.v, 1, inverse.v, MPFR_RNDN);
+      mpfr_log(log_norm.v, noise.v, MPFR_RNDN);
+      mpfr_const_pi(t.v, MPFR_RNDN);
+      mpfr_mul_ui(t.v, t.v, 2, MPFR_RNDN);
+      mpfr_sqrt(t.v, t.v, MPFR_RNDN);
+      mpfr_log(t.v, t.v, MPFR_RNDN);
+      mpfr_add(log_norm.v, log_norm.v, t.v, MPFR_RNDN);
+      mpfr_neg(log_norm.v, log_norm.v, MPFR_RNDN);
+      EXPECT_EQ(c.x_scale, round(x_scale));
+      EXPECT_EQ(c.v_scale, round(v_scale));
+      EXPECT_EQ(c.noise_scale, round(noise));
+      EXPECT_EQ(c.inverse_two_variance, round(inverse));
+      EXPECT_EQ(c.log_normalizer, round(log_norm));
+    }
+  }
+  // sigma = 1 takes sigma_max where 1 - sigma would divide by zero.
+  EXPECT_NE(flow_sde_coefficients(1.0f, 0.8f, 0.7f, 0.8f).noise_scale,
+            flow_sde_coefficients(1.0f, 0.8f, 0.7f, 0.9f).noise_scale);
+}
+
+TEST(FlowSdeCoefficientsTest, RejectsStepsOutsideTheSchedule) {
+  const auto coefficients = [](float sigma, float sigma_prev, float noise_level, float sigma_max) {
+    return test::rejected_argument(
+        [&] { flow_sde_coefficients(sigma, sigma_prev, noise_level, sigma_max); });
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(coefficients(0.8f, 0.6f, 0.7f, 0.9f), "(accepted)");
+  EXPECT_EQ(coefficients(0.0f, 0.0f, 0.7f, 0.9f), "sigma");
+  EXPECT_EQ(coefficients(1.5f, 0.6f, 0.7f, 0.9f), "sigma");
+  EXPECT_EQ(coefficients(nan, 0.6f, 0.7f, 0.9f), "sigma");
+  EXPECT_EQ(coefficients(0.8f, 0.8f, 0.7f, 0.9f), "sigma_prev");  // dt must be negative
+  EXPECT_EQ(coefficients(0.8f, -0.1f, 0.7f, 0.9f), "sigma_prev");
+  EXPECT_EQ(coefficients(0.8f, 0.6f, inf, 0.9f), "noise_level");
+  EXPECT_EQ(coefficients(0.8f, 0.6f, 0.0f, 0.9f), "noise_level");
+  EXPECT_EQ(coefficients(0.8f, 0.6f, 0.7f, 1.0f), "sigma_max");
+}
+
 }  // namespace
 }  // namespace kernel_align
