@@ -56,17 +56,25 @@ class Fp32ExponentRange {
   mpfr_flags_t saved_flags_;
 };
 
-// An MPFR variable holding an fp32 value. Use only while an Fp32ExponentRange lives.
-class Fp32Number {
+// An MPFR variable of `precision` bits, owned.
+template <mpfr_prec_t precision>
+class MpfrNumber {
  public:
-  Fp32Number() { mpfr_init2(value_, kFp32Precision); }
-  ~Fp32Number() { mpfr_clear(value_); }
-  Fp32Number(const Fp32Number&) = delete;
-  Fp32Number& operator=(const Fp32Number&) = delete;
+  MpfrNumber() { mpfr_init2(value_, precision); }
+  ~MpfrNumber() { mpfr_clear(value_); }
+  MpfrNumber(const MpfrNumber&) = delete;
+  MpfrNumber& operator=(const MpfrNumber&) = delete;
 
   mpfr_ptr get() { return value_; }
   mpfr_srcptr get() const { return value_; }
 
+ protected:
+  mpfr_t value_;
+};
+
+// An MPFR variable holding an fp32 value. Use only while an Fp32ExponentRange lives.
+class Fp32Number : public MpfrNumber<kFp32Precision> {
+ public:
   // Exact, from the bits: converting through double would meet denormals-are-zero.
   void set_finite(float f) {
     const std::uint32_t bits = contract::bits_of(f);
@@ -99,9 +107,6 @@ class Fp32Number {
     // bits being zero after mpfr_subnormalize.
     return contract::float_of(sign | (significand >> (-125 - exponent)));
   }
-
- private:
-  mpfr_t value_;
 };
 
 // `ternary` is MPFR's sign of (rounded - exact) for the 24-bit rounding just done;
@@ -367,20 +372,7 @@ namespace {
 
 // A real number carried at 256 bits: the SDE constants' exact expressions, each result
 // then rounded once to fp32.
-constexpr mpfr_prec_t kWide = 256;
-
-class WideNumber {
- public:
-  WideNumber() { mpfr_init2(value_, kWide); }
-  ~WideNumber() { mpfr_clear(value_); }
-  WideNumber(const WideNumber&) = delete;
-  WideNumber& operator=(const WideNumber&) = delete;
-  mpfr_ptr get() { return value_; }
-  mpfr_srcptr get() const { return value_; }
-
- private:
-  mpfr_t value_;
-};
+using WideNumber = MpfrNumber<256>;
 
 // `exact` (256 bits) rounded once to fp32, nearest-even, fp32's subnormals.
 float rounded_to_fp32(const WideNumber& exact) {
