@@ -72,9 +72,9 @@ def _cfg(cond: torch.Tensor, uncond: torch.Tensor, contract: bool) -> torch.Tens
         cond_norm = torch.norm(cond, dim=-1, keepdim=True)
         combined_norm = torch.norm(combined, dim=-1, keepdim=True)
         return combined * (cond_norm / combined_norm)
-    tokens = cond.shape[-1]
-    cond_norm = _row_sums_of_squares(cond.reshape(-1, tokens)).sqrt()
-    combined_norm = _row_sums_of_squares(combined.reshape(-1, tokens)).sqrt()
+    channels = cond.shape[-1]
+    cond_norm = _row_sums_of_squares(cond.reshape(-1, channels)).sqrt()
+    combined_norm = _row_sums_of_squares(combined.reshape(-1, channels)).sqrt()
     ratio = (cond_norm / combined_norm).reshape(*cond.shape[:-1], 1)
     return combined * ratio
 

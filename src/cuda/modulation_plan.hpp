@@ -35,27 +35,26 @@ inline registry::LaunchRecord item_launch(const char* kernel, std::int64_t items
   return l;
 }
 
-// The sums' partials in this call's scratch, then (after `block_sums` filled them) each
-// output's total per (sample, column) stored into `out`.
-template <class Executor>
-TokenPartials token_partials(const Tokens& t, int outputs, Executor& exec) {
-  return {exec.scratch_floats(static_cast<std::size_t>(t.batch * t.token_blocks() * outputs) *
-                              static_cast<std::size_t>(t.dim)),
-          outputs};
-}
-
-template <class Executor>
-void finish_token_sums(const Tokens& t, const TokenPartials& partials,
-                       const detail::AdaLnOutput& first, const detail::AdaLnOutput& second,
-                       Executor& exec) {
+// A call's sums over each sample's tokens (reference/token_sums.hpp's order): `outputs`
+// partials per (sample, token block, column) in this call's scratch, filled by the op's
+// BlockSums kernel (`p.partials` names them), then each output's total per (sample, column)
+// added in block order and stored into `first` (and `second`, the second output's).
+template <template <class> class BlockSums, class Params, class Executor>
+void sum_over_tokens(const char* kernel, Params& p, int outputs, const detail::AdaLnOutput& first,
+                     const detail::AdaLnOutput& second, Executor& exec) {
+  const Tokens& t = p.tokens;
+  p.partials = {exec.scratch_floats(static_cast<std::size_t>(t.batch * t.token_blocks() * outputs) *
+                                    static_cast<std::size_t>(t.dim)),
+                outputs};
+  exec.template launch<BlockSums>(item_launch(kernel, t.batch * t.token_blocks() * t.dim), p);
   FinishTokenSumsParams f;
   f.tokens = t;
-  f.partials = partials.data;
-  f.outputs = partials.outputs;
+  f.partials = p.partials.data;
+  f.outputs = outputs;
   f.out[0] = token_tensor(first);
   f.out[1] = token_tensor(second);
-  exec.template launch<FinishTokenSums>(
-      item_launch("finish_token_sums", t.batch * partials.outputs * t.dim), f);
+  exec.template launch<FinishTokenSums>(item_launch("finish_token_sums", t.batch * outputs * t.dim),
+                                        f);
 }
 
 template <class Executor>
@@ -80,10 +79,7 @@ void gate_residual_backward(const detail::GateResidualBackwardProblem& p, Execut
   g.dout = token_tensor(p.dout);
   g.dy = token_tensor(p.dy);
   if (p.dgate.data != nullptr) {
-    g.partials = token_partials(g.tokens, 1, exec);
-    exec.template launch<GateTokenBlockSums>(
-        item_launch("gate_token_block_sums", g.tokens.batch * g.tokens.token_blocks() * p.dim), g);
-    finish_token_sums(g.tokens, g.partials, p.dgate, p.dgate, exec);
+    sum_over_tokens<GateTokenBlockSums>("gate_token_block_sums", g, 1, p.dgate, p.dgate, exec);
   }
   exec.template launch<GateBackwardDy>(item_launch("gate_residual_dy", g.tokens.elements()), g);
 }
@@ -125,10 +121,8 @@ void adaln_backward(const detail::AdaLnBackwardProblem& p, Executor& exec) {
       modulation_row_launch("adaln_row_statistics", a.tokens.rows()), a);
   const int outputs = (a.dscale ? 1 : 0) + (a.dshift ? 1 : 0);
   if (outputs > 0) {
-    a.partials = token_partials(a.tokens, outputs, exec);
-    exec.template launch<AdaLnTokenBlockSums>(
-        item_launch("adaln_token_block_sums", a.tokens.batch * a.tokens.token_blocks() * p.dim), a);
-    finish_token_sums(a.tokens, a.partials, a.dscale ? p.dscale : p.dshift, p.dshift, exec);
+    sum_over_tokens<AdaLnTokenBlockSums>("adaln_token_block_sums", a, outputs,
+                                         a.dscale ? p.dscale : p.dshift, p.dshift, exec);
   }
   exec.template launch<AdaLnBackwardDx>(modulation_row_launch("adaln_backward_dx", a.tokens.rows()),
                                         a);
