@@ -28,11 +28,12 @@ namespace {
 constexpr std::string_view kApply = "apply";
 
 const std::vector<Command>& commands() {
-  static const std::vector<Command> all{
-      backends_command(),          positions_command(),          tables_command(),
-      rmsnorm_forward_command(),   rmsnorm_backward_command(),   rope_forward_command(),
-      rope_backward_command(),     linear_forward_command(),     linear_backward_command(),
-      attention_forward_command(), attention_backward_command(), shapes_command()};
+  static const std::vector<Command> all = [] {
+    std::vector<Command> commands{backends_command(), positions_command(), tables_command()};
+    for (Command& c : apply_commands()) commands.push_back(std::move(c));
+    commands.push_back(shapes_command());
+    return commands;
+  }();
   return all;
 }
 
@@ -90,7 +91,7 @@ void print_verify_usage(std::ostream& out) {
 }
 
 void print_help(std::ostream& out) {
-  out << version_line() << ": bitwise-reproducible QK RMSNorm and multi-axis RoPE\n\n";
+  out << version_line() << ": the Qwen-Image transformer's ops, bitwise reproducible\n\n";
   for (const Command& c : commands()) print_usage(out, c);
   print_run_usage(out);
   print_trace_usage(out);

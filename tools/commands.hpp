@@ -1,6 +1,7 @@
 // The subcommands of `kernel-align` that parse their flags with Args.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,20 +14,14 @@ struct Command {
   std::string synopsis;  // its flags, as the usage line shows them
   std::string summary;   // one sentence for the help
   std::vector<FlagSpec> flags;
-  void (*run)(const Args& args);
+  std::function<void(const Args& args)> run;
 };
 
 Command backends_command();
 Command positions_command();
 Command tables_command();
-Command rmsnorm_forward_command();
-Command rmsnorm_backward_command();
-Command rope_forward_command();
-Command rope_backward_command();
-Command linear_forward_command();
-Command linear_backward_command();
-Command attention_forward_command();
-Command attention_backward_command();
+// apply <op> and apply <op>-backward for every op (commands_apply.cpp).
+std::vector<Command> apply_commands();
 Command shapes_command();
 
 }  // namespace kernel_align::cli

@@ -64,7 +64,7 @@ constexpr std::string_view kReferenceBackend = "reference";
 // The only backend with ISA paths to choose from (set_isa).
 constexpr std::string_view kSimdBackend = "simd";
 using verify_cases::Case;
-using verify_cases::CaseCall;
+using verify_cases::compute;
 using verify_cases::kBatch;
 using verify_cases::kSampleSlot;
 using verify_cases::Outputs;
@@ -139,7 +139,7 @@ ThreadCounts thread_counts() {
 
 using verify_cases::reused_array;
 
-// The op's cases (verify_cases/<op>.cpp).
+// The op's cases (ops/<op>.cpp).
 const verify_cases::OpCases& op_cases_of(OpType op) {
   static const std::array<verify_cases::OpCases, kOpCount> op_cases{{
 #define KERNEL_ALIGN_OP_CASES(Enumerator, name) verify_cases::name##_cases(),
@@ -164,27 +164,18 @@ void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTabl
   const bool drawn = c.seed == seed;
   c.seed = seed;
   Random random(seed);
-  const verify_cases::InputShapes shapes =
-      op_cases_of(config.op).inputs(config, tables, shape.heads);
+  c.inputs = op_cases_of(config.op).inputs(config, tables, shape.heads);
   const NpyType type = npy_type_of(config.dtype);
-  c.batched.resize(shapes.batched.size());
-  for (std::size_t i = 0; i < shapes.batched.size(); ++i) {
-    NpyArray& a = reused_array(c.batched[i], type, shapes.batched[i]);
-    if (!drawn) cases::fill_uniform(random, config.dtype, a.data, kInputLow, kInputWidth);
+  c.arrays.resize(c.inputs.size());
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    NpyArray& a = reused_array(c.arrays[i], type, c.inputs[i].shape);
+    if (drawn) continue;
+    if (c.inputs[i].batched) {
+      cases::fill_uniform(random, config.dtype, a.data, kInputLow, kInputWidth);
+    } else {
+      cases::fill_uniform(random, config.dtype, a.data, kWeightLow, kWeightWidth);
+    }
   }
-  c.weights.resize(shapes.weights.size());
-  for (std::size_t i = 0; i < shapes.weights.size(); ++i) {
-    NpyArray& a = reused_array(c.weights[i], type, shapes.weights[i]);
-    if (!drawn) cases::fill_uniform(random, config.dtype, a.data, kWeightLow, kWeightWidth);
-  }
-}
-
-// Calls the op of `c` on the sample alone, or on the whole batch, into `outputs`: each
-// zero-filled first, as a new array is, in the storage it had (reused_array).
-void compute(const Case& c, bool whole_batch, Outputs& outputs) {
-  CaseCall call(c, whole_batch, outputs);
-  op_cases_of(c.config->op).call(call);
-  outputs.resize(call.count());
 }
 
 // Runs `c` on `backend` (and, when set, ISA path `isa`); throws when the call ran

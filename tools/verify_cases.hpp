@@ -1,8 +1,8 @@
-// Each op's cells in `kernel-align verify` (verify.cpp): the inputs of a case and the
-// call that computes it, one file per op (verify_cases/<op>.cpp). verify.cpp's table of
-// them is built from op_list.hpp by the functions declared here (a missing one is a link
-// error), and the configurations come from the op's descriptor, so an op adds only its
-// own file.
+// Each op's cells in `kernel-align verify` (verify.cpp): the inputs of a case, one
+// function per op in its file of ops/, and the call, the op's OpCall with the outputs its
+// signature declares. verify.cpp's table of them is built from op_list.hpp by the
+// functions declared here (a missing one is a link error), and the configurations come
+// from the op's descriptor, so an op adds only its own file.
 #pragma once
 
 #include <cstddef>
@@ -24,12 +24,15 @@ namespace kernel_align::cli::verify_cases {
 inline constexpr std::int64_t kBatch = 2;
 inline constexpr std::int64_t kSampleSlot = 1;
 
-// The shapes of a case's inputs: its activations and gradients (dim 0 the batch of
-// kBatch), in the order the op's call reads them, and its weights (no batch dim).
-struct InputShapes {
-  std::vector<std::vector<std::int64_t>> batched;
-  std::vector<std::vector<std::int64_t>> weights;
+// One input of a case, named as the op's signature (api/descriptors.hpp) names it. An op
+// whose signature has cos and sin gets the shape's tables; an optional input not listed
+// is absent (attention's mask).
+struct InputShape {
+  const char* name = "";
+  std::vector<std::int64_t> shape;
+  bool batched = true;  // an activation or gradient, dim 0 the batch of kBatch; else a weight
 };
+using InputShapes = std::vector<InputShape>;
 
 // One configuration at one shape with its inputs. One Case serves every configuration
 // of a shape in turn, each filling the arrays the previous one left.
@@ -37,56 +40,30 @@ struct Case {
   const cases::Config* config = nullptr;
   const cases::Shape* shape = nullptr;
   const cases::ShapeTables* tables = nullptr;
-  std::vector<NpyArray> batched;  // in InputShapes' order
-  std::vector<NpyArray> weights;
+  InputShapes inputs;
+  std::vector<NpyArray> arrays;       // in `inputs`' order
   std::optional<std::uint64_t> seed;  // of the numbers in the arrays
 };
 
 struct Output {
-  std::string name;  // as the API names it
+  std::string name;  // as the signature names it
   NpyArray array;
   bool per_sample = true;  // false for a dw, which sums over the batch
 };
 using Outputs = std::vector<Output>;
 
-// One call of a case, on the sample alone or on the whole batch: the op's inputs as
-// views, and its outputs, added (zero-filled, in the storage they had) in the order the
-// op writes them.
-class CaseCall {
- public:
-  CaseCall(const Case& c, bool whole_batch, Outputs& outputs)
-      : case_(c), whole_batch_(whole_batch), outputs_(outputs) {}
-
-  const cases::Config& config() const { return *case_.config; }
-  const Case& of() const { return case_; }
-  bool forward() const;
-  // Input i: the sample's element, or the whole batch.
-  ConstTensorView input(std::size_t i) const;
-  ConstTensorView weight(std::size_t i) const;
-  // The batch dim of an output: kBatch or 1.
-  std::int64_t samples() const { return whole_batch_ ? kBatch : 1; }
-  void add(const char* name, NpyType type, std::vector<std::int64_t> shape, bool per_sample);
-  // An output of input 0's dtype and shape (the batch dim samples()).
-  void add_like_input(const char* name);
-  // A weight gradient of weight i's dtype and shape: a sum over the batch.
-  void add_weight_grad(const char* name, std::size_t i);
-  TensorView out(std::size_t i) const;
-  std::size_t count() const { return count_; }
-
- private:
-  const Case& case_;
-  bool whole_batch_;
-  Outputs& outputs_;
-  std::size_t count_ = 0;
-};
-
-// An op's cases: the input shapes of `config` with `tables.seq` positions and `heads`
-// heads, and the call.
+// An op's cases: the inputs of `config` with `tables.seq` positions and `heads` heads. The
+// call is the op's OpCall (op_calls.hpp), every output of the signature whose input of
+// like shape the case has.
 struct OpCases {
   InputShapes (*inputs)(const cases::Config& config, const cases::ShapeTables& tables,
                         std::int64_t heads) = nullptr;
-  void (*call)(CaseCall& call) = nullptr;
 };
+
+// Calls the op of `c` on the sample alone (element kSampleSlot of every batched input),
+// or on the whole batch, into `outputs`: each zero-filled first, as a new array is, in
+// the storage it had (reused_array).
+void compute(const Case& c, bool whole_batch, Outputs& outputs);
 
 // `array` as an array of `type` and `shape`, in the storage it had: a new allocation
 // only when it grows. The full matrix spent a third of its time in the page faults of

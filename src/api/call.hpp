@@ -28,8 +28,6 @@ struct TensorArg {
   std::array<const char*, 2> in_place_of{};
 };
 
-// The fused backward has the most tensor arguments: 16.
-inline constexpr int kMaxTensorArgs = 16;
 using TensorArgs = FixedList<TensorArg, kMaxTensorArgs>;
 
 // One option value of a call, named as its descriptor names it.

@@ -315,21 +315,30 @@ Device one_device(const TensorArgs& tensors) {
 
 }  // namespace
 
-TensorArg input(const char* name, const ConstTensorView& view) {
-  return {name, name, view, false, {}};
-}
-
-TensorArg output(const char* name, const ConstTensorView& view,
-                 std::array<const char*, 2> in_place_of) {
-  return {name, name, view, true, in_place_of};
-}
-
-// The checks of a whole call, once its tensors are listed: the aliasing rule, eps
-// (where the op has one) and one device; the record then holds that device.
-void check_call(CallRecord& record) {
-  if (record.options.size() != descriptor(record.op).option_count) {
-    throw std::logic_error(std::string("a call record of ") + op_type_name(record.op) +
-                           " without every option of its descriptor");
+// Lists the call's tensors from its signature, then checks the whole call: the aliasing
+// rule, eps (where the op has one) and one device; the record then holds that device.
+void check_call(CallRecord& record, std::initializer_list<std::optional<ConstTensorView>> views) {
+  const OpDescriptor& op = descriptor(record.op);
+  const Signature& signature = op.signature(record.direction);
+  const auto library_bug = [&](const std::string& what) {
+    return std::logic_error(std::string("a call record of ") + op_type_name(record.op) + ' ' +
+                            direction_name(record.direction) + ' ' + what);
+  };
+  if (record.options.size() != op.option_count) {
+    throw library_bug("without every option of its descriptor");
+  }
+  if (views.size() != static_cast<std::size_t>(signature.count)) {
+    throw library_bug("whose tensors are not its signature's");
+  }
+  const TensorSpec* spec = signature.tensors().data();
+  for (const std::optional<ConstTensorView>& view : views) {
+    if (view) {
+      record.tensors.push_back({spec->name, spec->error_name(), *view,
+                                spec->role == TensorRole::Output, spec->in_place_of});
+    } else if (!spec->optional) {
+      throw library_bug(std::string("without its required tensor ") + spec->name);
+    }
+    ++spec;
   }
   check_aliasing(record.tensors);
   if (const OptionValue* eps = record.option("eps")) check_eps(eps->number);

@@ -1,6 +1,7 @@
 // What every op's validator (api/ops/<op>.cpp) builds its call from: the checks of one
-// tensor argument, the record's tensor and option entries, and check_call, which checks
-// the whole call once its tensors are listed (the aliasing rule, eps, one device). Each
+// tensor argument, the record's option entries, and check_call, which lists the call's
+// tensors from the op's descriptor and checks the whole call (the aliasing rule, eps, one
+// device). Each
 // failure throws kernel_align::Error naming the argument, what was expected and what was
 // found; messages are built only when a check fails.
 #pragma once
@@ -8,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -35,16 +37,11 @@ int check_head_dim(const char* name, std::int64_t d);
 void check_same_shape(const char* name, const ConstTensorView& v, const char* reference_name,
                       const ConstTensorView& reference);
 
-// A tensor argument of the record, named as the API names it.
-TensorArg input(const char* name, const ConstTensorView& view);
-// An output, which may be exactly one of the inputs named in `in_place_of` (in place).
-TensorArg output(const char* name, const ConstTensorView& view,
-                 std::array<const char*, 2> in_place_of = {});
-
-// The checks of a whole call, once its tensors are listed: the aliasing rule (contract
-// section 7), eps (where the op has one) and one device; the record then holds that
-// device.
-void check_call(CallRecord& record);
+// The checks of a whole call: its tensors, listed as `views` in the order of its signature
+// (descriptor(op).signature(direction); an absent optional one as nullopt), are added to
+// the record with their names, then the aliasing rule (contract section 7), eps (where
+// the op has one) and one device; the record then holds that device.
+void check_call(CallRecord& record, std::initializer_list<std::optional<ConstTensorView>> views);
 
 // A record of `op` with no tensors and no options yet.
 CallRecord record_of(OpType op, Direction direction, DType output_dtype);

@@ -23,6 +23,9 @@
 namespace kernel_align::cuda {
 namespace {
 
+// The dynamic shared memory a launch may take without opting in.
+constexpr unsigned kDefaultDynamicSharedBytes = 48 * 1024;
+
 template <class Kernel>
 __global__ void __launch_bounds__(kMaxBlockThreads) kernel_entry(const typename Kernel::Params p) {
   __shared__ typename Kernel::Shared shared;
@@ -127,8 +130,16 @@ class DeviceExecutor {
   template <template <class> class Kernel>
   void launch(const registry::LaunchRecord& l, const typename Kernel<CudaGrid>::Params& p) {
     exec_.launches.push_back(l);
+    if (l.dynamic_shared_bytes > kDefaultDynamicSharedBytes) {
+      // Above 48 KiB a kernel must opt in to its dynamic shared memory.
+      check(cudaFuncSetAttribute(kernel_entry<Kernel<CudaGrid>>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(l.dynamic_shared_bytes)),
+            "the dynamic shared memory of " + l.kernel);
+    }
     kernel_entry<Kernel<CudaGrid>><<<dim3(l.grid[0], l.grid[1], l.grid[2]),
-                                     dim3(l.block[0], l.block[1], l.block[2]), 0, stream_>>>(p);
+                                     dim3(l.block[0], l.block[1], l.block[2]),
+                                     l.dynamic_shared_bytes, stream_>>>(p);
     check(cudaGetLastError(), "the launch of " + l.kernel);
   }
 

@@ -45,6 +45,9 @@ struct LaunchRecord {
   std::array<unsigned, 3> grid{1, 1, 1};
   std::array<unsigned, 3> block{1, 1, 1};
   int rows_per_block = 0;  // rows a thread block computes (0: not row-based)
+  // Shared memory a block gets beyond its kernel's fixed Shared struct, sized by the call
+  // (Grid::dynamic_shared()).
+  unsigned dynamic_shared_bytes = 0;
   std::string path;        // "fast" (vector loads, D = 128) or "generic"
 };
 

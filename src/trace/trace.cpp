@@ -300,6 +300,7 @@ std::string record_body(const kernel_align::detail::CallRecord& call,
                return "{\"kernel\":" + quoted(l.kernel) + ",\"grid\":" + three(l.grid) +
                       ",\"block\":" + three(l.block) +
                       ",\"rows_per_block\":" + std::to_string(l.rows_per_block) +
+                      ",\"dynamic_shared_bytes\":" + std::to_string(l.dynamic_shared_bytes) +
                       ",\"path\":" + quoted(l.path) + "}";
              }));
   if (exec.device_milliseconds) {

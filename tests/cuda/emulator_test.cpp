@@ -1,6 +1,7 @@
 // The grid emulator (src/cuda/emulator) gives kernel bodies the semantics of a CUDA
-// launch: indices, __syncthreads ordering shared memory, lockstep shuffles, fresh
-// poisoned shared memory per block; and it refuses what a GPU would leave undefined.
+// launch: indices in three grid dims, __syncthreads ordering shared memory, lockstep
+// shuffles, fresh poisoned shared memory (fixed and dynamic) per block; and it refuses
+// what a GPU would leave undefined.
 #include "cuda/emulator/grid_emulator.hpp"
 
 #include <gtest/gtest.h>
@@ -21,16 +22,17 @@ struct Indices {
   };
   struct Shared {};
   static void run(const Params& p, Shared&) {
-    const unsigned global = Grid::block_y() * Grid::blocks() * Grid::threads() +
-                            Grid::block() * Grid::threads() + Grid::thread();
+    const unsigned block =
+        (Grid::block_z() * Grid::blocks_y() + Grid::block_y()) * Grid::blocks() + Grid::block();
+    const unsigned global = block * Grid::threads() + Grid::thread();
     p.out[global] = global;
   }
 };
 
 TEST(GridEmulator, EveryThreadOfEveryBlockRunsOnceWithItsIndices) {
-  std::vector<unsigned> out(3 * 2 * 64, 0xFFFFFFFFu);
-  const LaunchStats stats = launch<Indices>({3, 2, 1}, {64, 1, 1}, {out.data()});
-  EXPECT_EQ(stats.blocks, 6u);
+  std::vector<unsigned> out(3 * 2 * 4 * 64, 0xFFFFFFFFu);
+  const LaunchStats stats = launch<Indices>({3, 2, 4}, {64, 1, 1}, {out.data()});
+  EXPECT_EQ(stats.blocks, 24u);
   for (unsigned i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], i);
 }
 
@@ -112,6 +114,38 @@ TEST(GridEmulator, SharedMemoryStartsPoisonedInEveryBlock) {
   std::vector<float> out(2 * 32, 0.0f);
   launch<ReadShared>({2, 1, 1}, {32, 1, 1}, {out.data()});
   for (const float v : out) EXPECT_TRUE(std::isnan(v));
+}
+
+// Dynamic shared memory: the launch's bytes, 16-byte aligned, poisoned in every block and
+// shared by the block's threads (each reads its neighbour's slot after the barrier).
+struct DynamicRotate {
+  struct Params {
+    float* out;
+    float* poison;
+  };
+  struct Shared {};
+  static void run(const Params& p, Shared&) {
+    auto* slot = reinterpret_cast<float*>(Grid::dynamic_shared());
+    const unsigned t = Grid::thread();
+    const unsigned n = Grid::threads();
+    p.poison[Grid::block() * n + t] = slot[n + t];  // beyond the slots: never written
+    slot[t] = static_cast<float>(Grid::block() * 1000 + t);
+    Grid::sync();
+    p.out[Grid::block() * n + t] = slot[(t + 1) % n];
+  }
+};
+
+TEST(GridEmulator, DynamicSharedMemoryIsTheLaunchsSizePoisonedPerBlock) {
+  constexpr unsigned kThreads = 64;
+  std::vector<float> out(2 * kThreads), poison(2 * kThreads);
+  launch<DynamicRotate>({2, 1, 1}, {kThreads, 1, 1}, {out.data(), poison.data()},
+                        2 * kThreads * sizeof(float));
+  for (unsigned b = 0; b < 2; ++b) {
+    for (unsigned t = 0; t < kThreads; ++t) {
+      EXPECT_EQ(out[b * kThreads + t], static_cast<float>(b * 1000 + (t + 1) % kThreads));
+      EXPECT_TRUE(std::isnan(poison[b * kThreads + t]));
+    }
+  }
 }
 
 struct SkipsTheBarrier {

@@ -73,7 +73,7 @@ TEST(EmulatedCudaTrace, LaunchRecordsPathsAndDeviceDigests) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_NE(
       lines[0].find(
-          R"("launches":[{"kernel":"rmsnorm_forward","grid":[2,1,1],"block":[128,1,1],"rows_per_block":32,"path":"fast"}])"),
+          R"("launches":[{"kernel":"rmsnorm_forward","grid":[2,1,1],"block":[128,1,1],"rows_per_block":32,"dynamic_shared_bytes":0,"path":"fast"}])"),
       std::string::npos)
       << lines[0];
   EXPECT_NE(lines[1].find(R"("path":"generic")"), std::string::npos) << lines[1];

@@ -1,5 +1,6 @@
 // `kernel-align` commands that succeed: their outputs are the library's results on
 // the same inputs, byte for byte, and positions follow the model's layout.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -52,20 +53,24 @@ ImageGrid grid(std::int64_t height, std::int64_t width, std::optional<std::int32
 TEST_F(CliTest, HelpListsEveryCommand) {
   for (const char* help : {"--help", "help", "-h"}) {
     const std::string out = run_ok({help});
-    for (const char* command :
-         {"positions", "tables", "apply qk-rmsnorm ", "apply qk-rmsnorm-backward", "apply rope ",
-          "apply rope-backward", "apply linear ", "apply linear-backward", "apply attention ",
-          "apply attention-backward", "run", "shapes"}) {
-      EXPECT_NE(out.find(std::string("usage: kernel-align ") + command), std::string::npos)
-          << command;
+    std::vector<std::string> commands{"positions", "tables", "run", "shapes"};
+    // An apply command per op and direction, named from op_list.hpp ('_' as '-').
+    for (const OpType op : kOpTypes) {
+      std::string name = op_type_name(op);
+      std::replace(name.begin(), name.end(), '_', '-');
+      commands.push_back("apply " + name + " ");
+      commands.push_back("apply " + name + "-backward ");
+    }
+    for (const std::string& command : commands) {
+      EXPECT_NE(out.find("usage: kernel-align " + command), std::string::npos) << command;
     }
   }
 }
 
 TEST_F(CliTest, CommandHelpShowsItsUsage) {
-  const std::string out = run_ok({"apply", "rope", "--help"});
-  EXPECT_EQ(out.find("usage: kernel-align apply rope --x"), 0u) << out;
-  EXPECT_EQ(run_ok({"help", "apply", "rope"}), out);
+  const std::string out = run_ok({"apply", "multi-axis-rope", "--help"});
+  EXPECT_EQ(out.find("usage: kernel-align apply multi-axis-rope --x"), 0u) << out;
+  EXPECT_EQ(run_ok({"help", "apply", "multi-axis-rope"}), out);
   EXPECT_NE(run_ok({"tables", "-h"}).find("--theta"), std::string::npos);
 }
 
@@ -310,16 +315,17 @@ TEST_F(RopeCliTest, ForwardAndBackwardMatchTheLibrary) {
               test_view<const void*>(tables_.sin.data(), DType::F32, {kSeq, 64}),
               test_view<void*>(expected.data.data(), dtype, shape), {pairing, layout}, {});
 
-          const std::vector<std::string> common{"apply",
-                                                backward ? "rope-backward" : "rope",
-                                                backward ? "--dy" : "--x",
-                                                "in.npy",
-                                                backward ? "--dx" : "--out",
-                                                "out.npy",
-                                                "--pairing",
-                                                pairing_name(pairing),
-                                                "--layout",
-                                                layout_name(layout)};
+          const std::vector<std::string> common{
+              "apply",
+              backward ? "multi-axis-rope-backward" : "multi-axis-rope",
+              backward ? "--dy" : "--x",
+              "in.npy",
+              backward ? "--dx" : "--out",
+              "out.npy",
+              "--pairing",
+              pairing_name(pairing),
+              "--layout",
+              layout_name(layout)};
           for (const std::vector<std::string>& tables :
                {std::vector<std::string>{"--positions", "pos.npy"},
                 std::vector<std::string>{"--cos", "cos.npy", "--sin", "sin.npy"}}) {
@@ -342,10 +348,10 @@ TEST_F(RopeCliTest, ForwardThenBackwardReturnsTheInput) {
   Rng rng(8);
   const NpyArray x = random_array(DType::F32, shape, rng);
   write("x.npy", x);
-  run_ok({"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--pairing", "interleaved",
-          "--layout", "bshd", "--out", "y.npy"});
-  run_ok({"apply", "rope-backward", "--dy", "y.npy", "--positions", "pos.npy", "--pairing",
-          "interleaved", "--layout", "bshd", "--dx", "x_again.npy"});
+  run_ok({"apply", "multi-axis-rope", "--x", "x.npy", "--positions", "pos.npy", "--pairing",
+          "interleaved", "--layout", "bshd", "--out", "y.npy"});
+  run_ok({"apply", "multi-axis-rope-backward", "--dy", "y.npy", "--positions", "pos.npy",
+          "--pairing", "interleaved", "--layout", "bshd", "--dx", "x_again.npy"});
   const NpyArray y = read("y.npy");
   const NpyArray back = read("x_again.npy");
   ASSERT_EQ(back.data.size(), x.data.size());

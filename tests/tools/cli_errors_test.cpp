@@ -47,11 +47,11 @@ const Tokens kRmsNorm{"apply", "qk-rmsnorm", "--x", "x.npy", "--out", "y.npy"};
 const Tokens kRmsNormBackward{
     "apply", "qk-rmsnorm-backward", "--x", "x.npy", "--dy", "dy.npy", "--dx", "dx.npy"};
 const Tokens kRopeOptions{"--pairing", "interleaved", "--layout", "bshd"};
-const Tokens kRopeFromTables = Tokens{"apply",   "rope",  "--x",     "x.npy", "--cos",
-                                      "cos.npy", "--sin", "sin.npy", "--out", "y.npy"} +
+const Tokens kRopeFromTables = Tokens{"apply",   "multi-axis-rope", "--x",     "x.npy", "--cos",
+                                      "cos.npy", "--sin",           "sin.npy", "--out", "y.npy"} +
                                kRopeOptions;
 const Tokens kRopeFromPositions =
-    Tokens{"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out", "y.npy"} +
+    Tokens{"apply", "multi-axis-rope", "--x", "x.npy", "--positions", "pos.npy", "--out", "y.npy"} +
     kRopeOptions;
 const Tokens kPositions{"positions",  "--layout", "diffusers", "--image",    "64x32",
                         "--text-len", "4",        "--out",     "pos_out.npy"};
@@ -131,13 +131,13 @@ TEST_F(CliErrorTest, MissingRequiredFlag) {
                       "--layout");
   expect_bad_argument({"positions", "--layout", "seed", "--image", "64x32", "--out", "p.npy"},
                       "--text-len");
-  expect_bad_argument({"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out", "y.npy",
-                       "--layout", "bshd"},
-                      "--pairing");
+  expect_bad_argument(
+      {"apply", "adaln-modulation", "--x", "x.npy", "--scale", "x.npy", "--out", "y.npy"},
+      "--shift");
   expect_bad_argument({"tables", "--positions", "pos.npy", "--cos", "c.npy"}, "--sin");
   // Neither --positions nor --cos/--sin.
-  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--out", "y.npy"} + kRopeOptions,
-                      "--cos");
+  expect_bad_argument(
+      Tokens{"apply", "multi-axis-rope", "--x", "x.npy", "--out", "y.npy"} + kRopeOptions, "--cos");
 }
 
 TEST_F(CliErrorTest, MissingFile) {
@@ -176,8 +176,8 @@ TEST_F(CliErrorTest, WrongDtype) {
                       "--positions");
   kernel_align::test::Rng rng(3);
   write("cos_bf16.npy", random_array(DType::BF16, {kSeq, 64}, rng));
-  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--cos", "cos_bf16.npy", "--sin",
-                             "sin.npy", "--out", "y.npy"} +
+  expect_bad_argument(Tokens{"apply", "multi-axis-rope", "--x", "x.npy", "--cos", "cos_bf16.npy",
+                             "--sin", "sin.npy", "--out", "y.npy"} +
                           kRopeOptions,
                       "--cos");
 }
@@ -211,17 +211,18 @@ TEST_F(CliErrorTest, OddDims) {
 TEST_F(CliErrorTest, SequenceLengthIsNotTheTableRows) {
   kernel_align::test::Rng rng(9);
   write("cos5.npy", random_array(DType::F32, {kSeq - 1, 64}, rng));
-  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--cos", "cos5.npy", "--sin",
-                             "sin.npy", "--out", "y.npy"} +
+  expect_bad_argument(Tokens{"apply", "multi-axis-rope", "--x", "x.npy", "--cos", "cos5.npy",
+                             "--sin", "sin.npy", "--out", "y.npy"} +
                           kRopeOptions,
                       "--cos");
   // In layout bhsd the sequence of x [1, 6, 2, 128] is 2 tokens, not 6.
-  expect_bad_argument({"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out", "y.npy",
-                       "--pairing", "half", "--layout", "bhsd"},
+  expect_bad_argument({"apply", "multi-axis-rope", "--x", "x.npy", "--positions", "pos.npy",
+                       "--out", "y.npy", "--pairing", "half", "--layout", "bhsd"},
                       "--positions");
-  expect_bad_argument({"apply", "rope-backward", "--dy", "x.npy", "--cos", "cos.npy", "--sin",
-                       "sin.npy", "--dx", "dx.npy", "--pairing", "half", "--layout", "bhsd"},
-                      "--cos");
+  expect_bad_argument(
+      {"apply", "multi-axis-rope-backward", "--dy", "x.npy", "--cos", "cos.npy", "--sin", "sin.npy",
+       "--dx", "dx.npy", "--pairing", "half", "--layout", "bhsd"},
+      "--cos");
 }
 
 TEST_F(CliErrorTest, NonFiniteOrNegativeEps) {
@@ -258,7 +259,8 @@ TEST_F(CliErrorTest, RuntimeFlagsOnceEachAndNoEmptyBackend) {
 TEST_F(CliErrorTest, HelpForAnUnknownCommandIsAnError) {
   expect_bad_argument({"help", "bogus"}, "command");
   expect_bad_argument({"bogus", "--help"}, "command");
-  EXPECT_NE(run_ok({"help", "apply"}).find("usage: kernel-align apply rope"), std::string::npos);
+  EXPECT_NE(run_ok({"help", "apply"}).find("usage: kernel-align apply multi-axis-rope"),
+            std::string::npos);
 }
 
 // The library's argument names become the flags the user typed.
@@ -333,11 +335,11 @@ TEST_F(CliErrorTest, NonNumericNumbers) {
 }
 
 TEST_F(CliErrorTest, BadChoices) {
-  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out",
-                             "y.npy", "--pairing", "diagonal", "--layout", "bshd"},
+  expect_bad_argument(Tokens{"apply", "multi-axis-rope", "--x", "x.npy", "--positions", "pos.npy",
+                             "--out", "y.npy", "--pairing", "diagonal", "--layout", "bshd"},
                       "--pairing");
-  expect_bad_argument(Tokens{"apply", "rope", "--x", "x.npy", "--positions", "pos.npy", "--out",
-                             "y.npy", "--pairing", "half", "--layout", "sbhd"},
+  expect_bad_argument(Tokens{"apply", "multi-axis-rope", "--x", "x.npy", "--positions", "pos.npy",
+                             "--out", "y.npy", "--pairing", "half", "--layout", "sbhd"},
                       "--layout");
   expect_bad_argument(kRmsNorm + Tokens{"--mode", "fast"}, "--mode");
   expect_bad_argument(kRmsNorm + Tokens{"--out-dtype", "fp64"}, "--out-dtype");

@@ -38,11 +38,7 @@ Call<ActivationProblem> activation_forward_call(const ConstTensorView& x, const 
   check_like("y", y, x);
   Call<ActivationProblem> call{activation_record(Direction::Forward, options, y.dtype),
                                {x, y, contract_activation(options)}};
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  // Elementwise: each element of y is written after its x element is read.
-  tensors.push_back(output("y", y, {"x"}));
-  check_call(call.record);
+  check_call(call.record, {x, y});
   return call;
 }
 
@@ -55,11 +51,7 @@ Call<ActivationBackwardProblem> activation_backward_call(const ConstTensorView& 
   check_like("dx", dx, x);
   Call<ActivationBackwardProblem> call{activation_record(Direction::Backward, options, dx.dtype),
                                        {x, dy, dx, contract_activation(options)}};
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  tensors.push_back(input("dy", dy));
-  tensors.push_back(output("dx", dx, {"x", "dy"}));
-  check_call(call.record);
+  check_call(call.record, {x, dy, dx});
   return call;
 }
 

@@ -39,13 +39,7 @@ Call<GateResidualProblem> gate_residual_forward_call(const ConstTensorView& x,
   check_like("y", y, "x", x);
   check_like("out", out, "x", x);
   Call<GateResidualProblem> call{gate_residual_record(Direction::Forward, options, out.dtype), {}};
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  tensors.push_back(input("gate", gate));
-  tensors.push_back(input("y", y));
-  // Elementwise: each element of out is written after its x and y elements are read.
-  tensors.push_back(output("out", out, {"x", "y"}));
-  check_call(call.record);
+  check_call(call.record, {x, gate, y, out});
   call.problem = {x.shape[0],
                   x.shape[1],
                   d,
@@ -72,14 +66,7 @@ Call<GateResidualBackwardProblem> gate_residual_backward_call(
   Call<GateResidualBackwardProblem> call{
       gate_residual_record(Direction::Backward, options, dy.dtype), {}};
   if (dgate) record_dw_blocks(call.record);
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("gate", gate));
-  tensors.push_back(input("y", y));
-  tensors.push_back(input("dout", dout));
-  // dy is written after every read of y and dout (dgate's sums over tokens come first).
-  tensors.push_back(output("dy", dy, {"dout", "y"}));
-  if (dgate) tensors.push_back(output("dgate", *dgate));
-  check_call(call.record);
+  check_call(call.record, {gate, y, dout, dy, dgate});
   const AdaLnOutput none{nullptr, dy.dtype, {0, 0, 0}};
   call.problem = {y.shape[0],
                   y.shape[1],

@@ -56,13 +56,7 @@ Call<AdaLnProblem> adaln_forward_call(const ConstTensorView& x, const ConstTenso
   check_view("y", y, 3, 3, {kTokensRank});
   check_same_shape("y", y, "x", x);
   Call<AdaLnProblem> call{adaln_record(Direction::Forward, options, y.dtype), {}};
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  tensors.push_back(input("scale", scale));
-  tensors.push_back(input("shift", shift));
-  // A row of y is written after the row's x is read (twice: the mean, the variance).
-  tensors.push_back(output("y", y, {"x"}));
-  check_call(call.record);
+  check_call(call.record, {x, scale, shift, y});
   call.problem = {x.shape[0],
                   x.shape[1],
                   d,
@@ -95,15 +89,7 @@ Call<AdaLnBackwardProblem> adaln_backward_call(const ConstTensorView& x,
   }
   Call<AdaLnBackwardProblem> call{adaln_record(Direction::Backward, options, dx.dtype), {}};
   if (dscale || dshift) record_dw_blocks(call.record);
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  tensors.push_back(input("scale", scale));
-  tensors.push_back(input("dy", dy));
-  // dx is written after every read of x and dy (the sums over tokens come first).
-  tensors.push_back(output("dx", dx, {"x", "dy"}));
-  if (dscale) tensors.push_back(output("dscale", *dscale));
-  if (dshift) tensors.push_back(output("dshift", *dshift));
-  check_call(call.record);
+  check_call(call.record, {x, scale, dy, dx, dscale, dshift});
   const AdaLnOutput none{nullptr, dx.dtype, {0, 0, 0}};
   call.problem = {x.shape[0],
                   x.shape[1],

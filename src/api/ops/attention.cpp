@@ -63,14 +63,6 @@ std::array<std::int64_t, 4> check_attention_inputs(const ConstTensorView& q,
   return dims;
 }
 
-void add_attention_inputs(TensorArgs& tensors, const ConstTensorView& q, const ConstTensorView& k,
-                          const ConstTensorView& v, const std::optional<ConstTensorView>& mask) {
-  tensors.push_back(input("q", q));
-  tensors.push_back(input("k", k));
-  tensors.push_back(input("v", v));
-  if (mask) tensors.push_back(input("mask", *mask));
-}
-
 AttentionMask attention_mask(const std::optional<ConstTensorView>& mask) {
   if (!mask) return {};
   return {static_cast<const std::uint8_t*>(mask->data), mask->strides[0], mask->strides[1]};
@@ -95,10 +87,7 @@ Call<AttentionProblem> attention_forward_call(const ConstTensorView& q, const Co
   check_view("out", out, 4, 4, {"rank 4 (the shape of q)"});
   check_same_shape("out", out, "q", q);
   Call<AttentionProblem> call{attention_record(Direction::Forward, options, out.dtype), {}};
-  TensorArgs& tensors = call.record.tensors;
-  add_attention_inputs(tensors, q, k, v, mask);
-  tensors.push_back(output("out", out));
-  check_call(call.record);
+  check_call(call.record, {q, k, v, mask, out});
   call.problem = {dims[0],
                   dims[1],
                   dims[2],
@@ -128,14 +117,7 @@ Call<AttentionBackwardProblem> attention_backward_call(
   check_like_q("dk", dk);
   check_like_q("dv", dv);
   Call<AttentionBackwardProblem> call{attention_record(Direction::Backward, options, dq.dtype), {}};
-  TensorArgs& tensors = call.record.tensors;
-  add_attention_inputs(tensors, q, k, v, mask);
-  tensors.push_back(input("out", out));
-  tensors.push_back(input("dout", dout));
-  tensors.push_back(output("dq", dq));
-  tensors.push_back(output("dk", dk));
-  tensors.push_back(output("dv", dv));
-  check_call(call.record);
+  check_call(call.record, {q, k, v, mask, out, dout, dq, dk, dv});
   call.problem = {dims[0],
                   dims[1],
                   dims[2],

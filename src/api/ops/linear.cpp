@@ -84,14 +84,6 @@ std::int64_t check_linear_inputs(const ConstTensorView& x, const ConstTensorView
   return n;
 }
 
-// x, weight and bias as the record lists them, in signature order.
-void add_linear_inputs(TensorArgs& tensors, const ConstTensorView& x, const ConstTensorView& weight,
-                       const std::optional<ConstTensorView>& bias) {
-  tensors.push_back(input("x", x));
-  tensors.push_back(input("weight", weight));
-  if (bias) tensors.push_back(input("bias", *bias));
-}
-
 GemmMatrix vector_matrix(const ConstTensorView& v) {
   return {v.data, v.dtype, 0, v.strides[0]};
 }
@@ -112,10 +104,7 @@ Call<GemmProblem> linear_forward_call(const ConstTensorView& x, const ConstTenso
   const GemmMatrix rows = rows_matrix("x", x);
   const GemmMatrix y_rows = rows_matrix("y", y);
   Call<GemmProblem> call{linear_record(Direction::Forward, options, y.dtype), {}};
-  TensorArgs& tensors = call.record.tensors;
-  add_linear_inputs(tensors, x, weight, bias);
-  tensors.push_back(output("y", y));
-  check_call(call.record);
+  check_call(call.record, {x, weight, bias, y});
   GemmProblem& p = call.problem;
   p.m = row_count(x);
   p.n = n;
@@ -156,13 +145,7 @@ Call<LinearBackwardProblem> linear_backward_call(
   const GemmMatrix dy_rows = rows_matrix("dy", dy);
   const DType output_dtype = dx ? dx->dtype : dw ? dw->dtype : db ? db->dtype : dy.dtype;
   Call<LinearBackwardProblem> call{linear_record(Direction::Backward, options, output_dtype), {}};
-  TensorArgs& tensors = call.record.tensors;
-  add_linear_inputs(tensors, x, weight, bias);
-  tensors.push_back(input("dy", dy));
-  if (dx) tensors.push_back(output("dx", *dx));
-  if (dw) tensors.push_back(output("dw", *dw));
-  if (db) tensors.push_back(output("db", *db));
-  check_call(call.record);
+  check_call(call.record, {x, weight, bias, dy, dx, dw, db});
   LinearBackwardProblem& p = call.problem;
   p.m = row_count(x);
   p.n = n;

@@ -75,12 +75,7 @@ Call<RopeProblem> rope_call(Direction direction, const ConstTensorView& in,
   Call<RopeProblem> call{record_of(OpType::MultiAxisRope, direction, out.dtype), problem};
   add_option(call.record, choice("layout", layout_name(options.layout)));
   add_option(call.record, choice("pairing", pairing_name(options.pairing)));
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input(in_name, in));
-  tensors.push_back(input("cos", cos));
-  tensors.push_back(input("sin", sin));
-  tensors.push_back(output(out_name, out, {in_name}));
-  check_call(call.record);
+  check_call(call.record, {in, cos, sin, out});
   return call;
 }
 

@@ -39,11 +39,9 @@ void check_text_len(std::int64_t text_len, std::int64_t seq) {
 }
 
 // One of the four norm weights of a fused call and its gradient, with their names in
-// the trace and in messages.
+// messages (the trace's are the descriptor's).
 struct WeightSlot {
-  const char* weight_name;      // traced: "weight_text_q"
-  const char* weight_argument;  // in messages: "weights.text_q"
-  const char* grad_name;        // "dw_text_q"
+  const char* weight_argument;  // "weights.text_q"
   const char* grad_argument;    // "weight_grads.text_q"
   const std::optional<ConstTensorView>* weight;
   const std::optional<TensorView>* grad;  // null in the forward
@@ -55,14 +53,13 @@ struct WeightSlot {
 using WeightSlots = std::array<WeightSlot, 4>;
 
 WeightSlots weight_slots(const QkNormWeights& w, const QkNormWeightGrads* g) {
-  return {{{"weight_text_q", "weights.text_q", "dw_text_q", "weight_grads.text_q", &w.text_q,
-            g ? &g->text_q : nullptr, true, true},
-           {"weight_text_k", "weights.text_k", "dw_text_k", "weight_grads.text_k", &w.text_k,
-            g ? &g->text_k : nullptr, true, false},
-           {"weight_image_q", "weights.image_q", "dw_image_q", "weight_grads.image_q", &w.image_q,
-            g ? &g->image_q : nullptr, false, true},
-           {"weight_image_k", "weights.image_k", "dw_image_k", "weight_grads.image_k", &w.image_k,
-            g ? &g->image_k : nullptr, false, false}}};
+  return {
+      {{"weights.text_q", "weight_grads.text_q", &w.text_q, g ? &g->text_q : nullptr, true, true},
+       {"weights.text_k", "weight_grads.text_k", &w.text_k, g ? &g->text_k : nullptr, true, false},
+       {"weights.image_q", "weight_grads.image_q", &w.image_q, g ? &g->image_q : nullptr, false,
+        true},
+       {"weights.image_k", "weight_grads.image_k", &w.image_k, g ? &g->image_k : nullptr, false,
+        false}}};
 }
 
 // The slots in the order of the streams (problems.hpp): q text, q image, k text, k image.
@@ -82,19 +79,6 @@ void check_weight_slots(const WeightSlots& slots, int d) {
     if (!*s.weight) throw Error(s.grad_argument, "no weight gradient without its weight", "one");
     check_view(s.grad_argument, **s.grad, 1, 1, {kVectorRank});
     check_same_shape(s.grad_argument, **s.grad, s.weight_argument, **s.weight);
-  }
-}
-
-void add_weights(TensorArgs& tensors, const WeightSlots& slots) {
-  for (const WeightSlot& s : slots) {
-    if (*s.weight) tensors.push_back({s.weight_name, s.weight_argument, **s.weight, false, {}});
-  }
-}
-
-void add_weight_grads(TensorArgs& tensors, const WeightSlots& slots) {
-  for (const WeightSlot& s : slots) {
-    if (s.grad != nullptr && *s.grad)
-      tensors.push_back({s.grad_name, s.grad_argument, **s.grad, true, {}});
   }
 }
 
@@ -128,15 +112,8 @@ Call<QkNormRopeForwardProblem> qk_norm_rope_forward_call(
   const WeightSlots slots = weight_slots(weights, nullptr);
   check_weight_slots(slots, q_rope.d);
   Call<QkNormRopeForwardProblem> call{fused_record(Direction::Forward, options, q_out.dtype), {}};
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("q", q));
-  tensors.push_back(input("k", k));
-  add_weights(tensors, slots);
-  tensors.push_back(input("cos", cos));
-  tensors.push_back(input("sin", sin));
-  tensors.push_back(output("q_out", q_out, {"q"}));
-  tensors.push_back(output("k_out", k_out, {"k"}));
-  check_call(call.record);
+  check_call(call.record, {q, k, weights.text_q, weights.text_k, weights.image_q, weights.image_k,
+                           cos, sin, q_out, k_out});
 
   const RmsNormOptions norm{options.eps, options.mode};
   for (const int i : kStreamOrder) {
@@ -172,19 +149,9 @@ Call<QkNormRopeBackwardProblem> qk_norm_rope_backward_call(
   if (weight_grads.text_q || weight_grads.text_k || weight_grads.image_q || weight_grads.image_k) {
     record_dw_blocks(call.record);
   }
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("q", q));
-  tensors.push_back(input("k", k));
-  tensors.push_back(input("dq_out", dq_out));
-  tensors.push_back(input("dk_out", dk_out));
-  add_weights(tensors, slots);
-  tensors.push_back(input("cos", cos));
-  tensors.push_back(input("sin", sin));
-  // dq may be dq_out or q itself (each row is read whole before it is written).
-  tensors.push_back(output("dq", dq, {"dq_out", "q"}));
-  tensors.push_back(output("dk", dk, {"dk_out", "k"}));
-  add_weight_grads(tensors, slots);
-  check_call(call.record);
+  check_call(call.record, {q, k, dq_out, dk_out, weights.text_q, weights.text_k, weights.image_q,
+                           weights.image_k, cos, sin, dq, dk, weight_grads.text_q,
+                           weight_grads.text_k, weight_grads.image_q, weight_grads.image_k});
 
   // A stream's views are slices of the call's tensors, so the call's aliasing rule
   // holds for each stream's x, dy, dx, weight and dw.

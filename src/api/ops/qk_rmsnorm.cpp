@@ -42,11 +42,7 @@ Call<RmsNormForwardProblem> rmsnorm_forward_call(const ConstTensorView& x,
   check_same_shape("y", y, "x", x);
   Call<RmsNormForwardProblem> call{rmsnorm_record(Direction::Forward, options, y.dtype),
                                    {x, weight, y, options, d}};
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  if (weight) tensors.push_back(input("weight", *weight));
-  tensors.push_back(output("y", y, {"x"}));
-  check_call(call.record);
+  check_call(call.record, {x, weight, y});
   return call;
 }
 
@@ -71,14 +67,7 @@ Call<RmsNormBackwardProblem> rmsnorm_backward_call(const ConstTensorView& x,
   Call<RmsNormBackwardProblem> call{rmsnorm_record(Direction::Backward, options, dx.dtype),
                                     {x, dy, weight, dx, dw, options, d}};
   if (dw) record_dw_blocks(call.record);
-  TensorArgs& tensors = call.record.tensors;
-  tensors.push_back(input("x", x));
-  tensors.push_back(input("dy", dy));
-  if (weight) tensors.push_back(input("weight", *weight));
-  // Each dx element is written after the row's x and dy elements are read.
-  tensors.push_back(output("dx", dx, {"x", "dy"}));
-  if (dw) tensors.push_back(output("dw", *dw));
-  check_call(call.record);
+  check_call(call.record, {x, dy, weight, dx, dw});
   return call;
 }
 

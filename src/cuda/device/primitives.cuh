@@ -23,13 +23,22 @@
 namespace kernel_align::cuda {
 
 #if defined(__CUDACC__)
-// The grid of a real launch (1-D blocks, grids of up to 2 dims).
+// The grid of a real launch (1-D blocks, grids of up to 3 dims).
 struct CudaGrid {
   static __device__ __forceinline__ unsigned thread() { return threadIdx.x; }
   static __device__ __forceinline__ unsigned threads() { return blockDim.x; }
   static __device__ __forceinline__ unsigned block() { return blockIdx.x; }
   static __device__ __forceinline__ unsigned block_y() { return blockIdx.y; }
+  static __device__ __forceinline__ unsigned block_z() { return blockIdx.z; }
   static __device__ __forceinline__ unsigned blocks() { return gridDim.x; }
+  static __device__ __forceinline__ unsigned blocks_y() { return gridDim.y; }
+  static __device__ __forceinline__ unsigned blocks_z() { return gridDim.z; }
+  // The launch's dynamic shared memory (LaunchRecord::dynamic_shared_bytes of it), for
+  // tiles whose size the call decides.
+  static __device__ __forceinline__ unsigned char* dynamic_shared() {
+    extern __shared__ __align__(16) unsigned char ka_dynamic_shared[];
+    return ka_dynamic_shared;
+  }
   static __device__ __forceinline__ void sync() { __syncthreads(); }
   static __device__ __forceinline__ float shfl_xor(float value, unsigned lane_mask) {
     return __shfl_xor_sync(0xFFFFFFFFu, value, static_cast<int>(lane_mask));

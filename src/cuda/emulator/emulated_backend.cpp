@@ -25,7 +25,8 @@ class EmulatedExecutor {
   void launch(const registry::LaunchRecord& l, const typename Kernel<EmulatedGrid>::Params& p) {
     exec_.launches.push_back(l);
     emulation::launch<Kernel<EmulatedGrid>>({l.grid[0], l.grid[1], l.grid[2]},
-                                            {l.block[0], l.block[1], l.block[2]}, p);
+                                            {l.block[0], l.block[1], l.block[2]}, p,
+                                            l.dynamic_shared_bytes);
   }
 
   float* scratch_floats(std::size_t count) {

@@ -121,8 +121,10 @@ struct Fiber {
 
 // One block being run: its fibers, barriers and shuffle slots.
 struct BlockRun {
-  unsigned block_x = 0, block_y = 0, threads = 0, grid_x = 0;
+  unsigned block_x = 0, block_y = 0, block_z = 0, threads = 0;
+  Dim3 grid;
   void* shared = nullptr;
+  unsigned char* dynamic_shared = nullptr;
   const std::function<void(void*)>* body = nullptr;
   std::vector<Fiber> fibers;
   Barrier block_barrier;
@@ -266,8 +268,20 @@ unsigned EmulatedGrid::block() {
 unsigned EmulatedGrid::block_y() {
   return running().block_y;
 }
+unsigned EmulatedGrid::block_z() {
+  return running().block_z;
+}
 unsigned EmulatedGrid::blocks() {
-  return running().grid_x;
+  return running().grid.x;
+}
+unsigned EmulatedGrid::blocks_y() {
+  return running().grid.y;
+}
+unsigned EmulatedGrid::blocks_z() {
+  return running().grid.z;
+}
+unsigned char* EmulatedGrid::dynamic_shared() {
+  return running().dynamic_shared;
 }
 
 void EmulatedGrid::sync() {
@@ -293,10 +307,8 @@ float EmulatedGrid::shfl_xor(float value, unsigned lane_mask) {
 }
 
 LaunchStats run_grid(Dim3 grid, Dim3 block, std::size_t shared_bytes,
-                     const std::function<void(void*)>& body) {
-  if (block.y != 1 || block.z != 1 || grid.z != 1) {
-    throw std::logic_error("emulated CUDA: blocks are 1-D and grids at most 2-D here");
-  }
+                     std::size_t dynamic_shared_bytes, const std::function<void(void*)>& body) {
+  if (block.y != 1 || block.z != 1) throw std::logic_error("emulated CUDA: blocks are 1-D here");
   if (block.x == 0 || block.x % kWarpSize != 0 || block.x > 1024) {
     throw std::logic_error("emulated CUDA: block size " + std::to_string(block.x) +
                            " (expected a multiple of 32 up to 1024)");
@@ -304,28 +316,38 @@ LaunchStats run_grid(Dim3 grid, Dim3 block, std::size_t shared_bytes,
   if (current != nullptr) throw std::logic_error("emulated CUDA: a launch inside a launch");
   LaunchStats stats;
   std::vector<unsigned char> shared(shared_bytes == 0 ? 1 : shared_bytes);
-  for (unsigned by = 0; by < grid.y; ++by) {
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      BlockRun run;
-      run.block_x = bx;
-      run.block_y = by;
-      run.threads = block.x;
-      run.grid_x = grid.x;
-      std::memset(shared.data(), 0xFF, shared.size());  // uninitialised shared memory: NaNs
-      run.shared = shared.data();
-      run.body = &body;
-      run.warp_barriers.assign(block.x / kWarpSize, Barrier{});
-      run.slots.assign(block.x, 0.0f);
-      current = &run;
-      try {
-        run_block(run);
-      } catch (...) {
+  // 16-byte aligned, as a device's dynamic shared memory is.
+  std::vector<float> dynamic_shared((dynamic_shared_bytes + 15) / 16 * 4);
+  for (unsigned bz = 0; bz < grid.z; ++bz) {
+    for (unsigned by = 0; by < grid.y; ++by) {
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        BlockRun run;
+        run.block_x = bx;
+        run.block_y = by;
+        run.block_z = bz;
+        run.threads = block.x;
+        run.grid = grid;
+        // Uninitialised shared memory: NaNs.
+        std::memset(shared.data(), 0xFF, shared.size());
+        std::memset(dynamic_shared.data(), 0xFF, dynamic_shared.size() * sizeof(float));
+        run.shared = shared.data();
+        run.dynamic_shared = dynamic_shared_bytes == 0
+                                 ? nullptr
+                                 : reinterpret_cast<unsigned char*>(dynamic_shared.data());
+        run.body = &body;
+        run.warp_barriers.assign(block.x / kWarpSize, Barrier{});
+        run.slots.assign(block.x, 0.0f);
+        current = &run;
+        try {
+          run_block(run);
+        } catch (...) {
+          current = nullptr;
+          throw;
+        }
         current = nullptr;
-        throw;
+        ++stats.blocks;
+        stats.fiber_switches += run.switches;
       }
-      current = nullptr;
-      ++stats.blocks;
-      stats.fiber_switches += run.switches;
     }
   }
   return stats;

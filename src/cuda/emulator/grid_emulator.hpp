@@ -31,7 +31,11 @@ struct EmulatedGrid {
   static unsigned threads();                               // blockDim.x
   static unsigned block();                                 // blockIdx.x
   static unsigned block_y();                               // blockIdx.y
+  static unsigned block_z();                               // blockIdx.z
   static unsigned blocks();                                // gridDim.x
+  static unsigned blocks_y();                              // gridDim.y
+  static unsigned blocks_z();                              // gridDim.z
+  static unsigned char* dynamic_shared();                  // extern __shared__ (launch-sized)
   static void sync();                                      // __syncthreads()
   static float shfl_xor(float value, unsigned lane_mask);  // __shfl_xor_sync(full mask)
 };
@@ -42,18 +46,22 @@ struct LaunchStats {
   std::uint64_t fiber_switches = 0;
 };
 
-// Runs body(block index x, y) for every thread of every block of `grid` x `block`
-// (block.y = block.z = 1). `shared_bytes` of shared memory per block, poisoned, are
-// passed to the body as `shared`.
+// Runs body(shared) for every thread of every block of `grid` x `block` (block.y =
+// block.z = 1; blocks in x, then y, then z order). `shared_bytes` of shared memory per
+// block, poisoned, are passed to the body as `shared`; `dynamic_shared_bytes` more,
+// poisoned too, are EmulatedGrid::dynamic_shared() (a launch's extern __shared__ array).
 LaunchStats run_grid(Dim3 grid, Dim3 block, std::size_t shared_bytes,
+                     std::size_t dynamic_shared_bytes,
                      const std::function<void(void* shared)>& body);
 
 // Launches Kernel<EmulatedGrid>-style bodies: Kernel::run(params, shared).
 template <class Kernel>
-LaunchStats launch(Dim3 grid, Dim3 block, const typename Kernel::Params& params) {
-  return run_grid(grid, block, sizeof(typename Kernel::Shared), [&](void* shared) {
-    Kernel::run(params, *static_cast<typename Kernel::Shared*>(shared));
-  });
+LaunchStats launch(Dim3 grid, Dim3 block, const typename Kernel::Params& params,
+                   std::size_t dynamic_shared_bytes = 0) {
+  return run_grid(grid, block, sizeof(typename Kernel::Shared), dynamic_shared_bytes,
+                  [&](void* shared) {
+                    Kernel::run(params, *static_cast<typename Kernel::Shared*>(shared));
+                  });
 }
 
 }  // namespace kernel_align::cuda::emulation
