@@ -255,7 +255,12 @@ void run_apply(const ApplyPlan& plan, const Args& args) {
         dtype = parse_dtype(plan.flag(t) + "-dtype", *text);
       }
     }
+    if (t.per_sample) dtype = DType::F32;
     NpyArray out = float_array_like(*like, dtype);
+    if (t.per_sample) {
+      out.shape = {out.shape.front()};
+      out.data.resize(static_cast<std::size_t>(out.numel()) * npy_type_size(out.type));
+    }
     if (t.rows_of != nullptr) {
       const NpyArray& rows = *arrays[static_cast<std::size_t>(signature.index(t.rows_of))];
       out.shape.back() = rows.shape.empty() ? 0 : rows.shape.front();

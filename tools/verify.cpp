@@ -165,15 +165,16 @@ void set_case(Case& c, const Config& config, const Shape& shape, const ShapeTabl
   c.seed = seed;
   Random random(seed);
   c.inputs = op_cases_of(config.op).inputs(config, tables, shape.heads);
-  const NpyType type = npy_type_of(config.dtype);
+  c.options = op_cases_of(config.op).options;
   c.arrays.resize(c.inputs.size());
   for (std::size_t i = 0; i < c.inputs.size(); ++i) {
-    NpyArray& a = reused_array(c.arrays[i], type, c.inputs[i].shape);
+    const DType dtype = c.inputs[i].fp32 ? DType::F32 : config.dtype;
+    NpyArray& a = reused_array(c.arrays[i], npy_type_of(dtype), c.inputs[i].shape);
     if (drawn) continue;
     if (c.inputs[i].batched) {
-      cases::fill_uniform(random, config.dtype, a.data, kInputLow, kInputWidth);
+      cases::fill_uniform(random, dtype, a.data, kInputLow, kInputWidth);
     } else {
-      cases::fill_uniform(random, config.dtype, a.data, kWeightLow, kWeightWidth);
+      cases::fill_uniform(random, dtype, a.data, kWeightLow, kWeightWidth);
     }
   }
 }

@@ -28,6 +28,7 @@ namespace {
 
 // The option values of a configuration, and the shape's text length where the op has one.
 void set_options(const Case& c, OpCallArgs& args) {
+  for (const detail::OptionValue& o : c.options) args.set_option(o);
   const cases::Config& config = *c.config;
   if (config.mode) args.set_option(detail::choice("mode", norm_mode_name(*config.mode)));
   if (config.pairing) args.set_option(detail::choice("pairing", pairing_name(*config.pairing)));
@@ -81,13 +82,18 @@ void compute(const Case& c, bool whole_batch, Outputs& outputs) {
     const auto& like = inputs[static_cast<std::size_t>(signature.index(t.like))];
     if (!like) continue;
     std::vector<std::int64_t> shape = shape_of(like->first);
+    DType dtype = like->first.dtype;
     if (t.rows_of != nullptr) {
       shape.back() = inputs[static_cast<std::size_t>(signature.index(t.rows_of))]->first.shape[0];
+    }
+    if (t.per_sample) {
+      shape = {shape.front()};
+      dtype = DType::F32;
     }
     Output& o = outputs[next++];
     o.name = t.name;
     o.per_sample = like->second;
-    NpyArray& a = reused_array(o.array, npy_type_of(like->first.dtype), std::move(shape));
+    NpyArray& a = reused_array(o.array, npy_type_of(dtype), std::move(shape));
     cases::zero_fill(a.data);
     args.set_output(t.name, mutable_view(a));
   }

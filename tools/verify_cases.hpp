@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/call.hpp"  // OptionValue
 #include "cases/configs.hpp"
 #include "cases/shapes.hpp"
 #include "kernel_align/op_list.hpp"
@@ -31,6 +32,7 @@ struct InputShape {
   const char* name = "";
   std::vector<std::int64_t> shape;
   bool batched = true;  // an activation or gradient, dim 0 the batch of kBatch; else a weight
+  bool fp32 = false;    // fp32 whatever the configuration's dtype (flow_sde_logp's dlogp)
 };
 using InputShapes = std::vector<InputShape>;
 
@@ -41,8 +43,9 @@ struct Case {
   const cases::Shape* shape = nullptr;
   const cases::ShapeTables* tables = nullptr;
   InputShapes inputs;
-  std::vector<NpyArray> arrays;       // in `inputs`' order
-  std::optional<std::uint64_t> seed;  // of the numbers in the arrays
+  std::vector<detail::OptionValue> options;  // OpCases::options
+  std::vector<NpyArray> arrays;              // in `inputs`' order
+  std::optional<std::uint64_t> seed;         // of the numbers in the arrays
 };
 
 struct Output {
@@ -58,6 +61,9 @@ using Outputs = std::vector<Output>;
 struct OpCases {
   InputShapes (*inputs)(const cases::Config& config, const cases::ShapeTables& tables,
                         std::int64_t heads) = nullptr;
+  // Values of options no configuration enumerates (the SDE step's sigmas), set in every
+  // case.
+  std::vector<detail::OptionValue> options;
 };
 
 // Calls the op of `c` on the sample alone (element kSampleSlot of every batched input),

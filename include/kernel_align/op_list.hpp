@@ -15,4 +15,6 @@
   X(Attention, attention)                   \
   X(AdaLnModulation, adaln_modulation)      \
   X(AdaLnGateResidual, adaln_gate_residual) \
-  X(Activation, activation)
+  X(Activation, activation)                 \
+  X(FlowSdeStep, flow_sde_step)             \
+  X(FlowSdeLogp, flow_sde_logp)

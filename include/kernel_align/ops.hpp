@@ -212,6 +212,44 @@ void activation_backward(const ConstTensorView& x, const ConstTensorView& dy, co
                          const ActivationOptions& options = {},
                          const ExecutionContext& context = {});
 
+// One step of Flow-GRPO's SDE sampler (docs/contract.md section 15), fp32 arithmetic
+// whatever the dtypes: prev = mean + noise_scale * noise, mean = x * x_scale + v * v_scale,
+// the constants flow_sde_coefficients(sigma, sigma_prev, noise_level, sigma_max)
+// (tables.hpp), one rounding to prev's dtype. x (the latents x_t), v (the model's
+// velocity), noise and prev: rank 2 to 4, dim 0 the samples, the same shape, any float
+// dtypes and strides; prev may be x or noise (in place). Errors name x, v, noise, prev,
+// and sigma, sigma_prev, noise_level, sigma_max (also a step whose constants are not
+// finite fp32).
+void flow_sde_step_forward(const ConstTensorView& x, const ConstTensorView& v,
+                           const ConstTensorView& noise, const TensorView& prev,
+                           const FlowSdeOptions& options, const ExecutionContext& context = {});
+
+// The step's gradients: dx = dprev * x_scale, dv = dprev * v_scale (noise gets none), each
+// rounded once to its dtype; either may be absent, not both. Errors as the forward, and
+// dprev, dx, dv.
+void flow_sde_step_backward(const ConstTensorView& dprev, const std::optional<TensorView>& dx,
+                            const std::optional<TensorView>& dv, const FlowSdeOptions& options,
+                            const ExecutionContext& context = {});
+
+// logp[b]: the step's Gaussian log-density of prev given x and v, the mean over sample b's
+// N elements (Flow-GRPO's): -(S_b * inverse_two_variance) / N + log_normalizer, with S_b
+// the sum of the squared distances prev - mean by linear's tree (section 10) over the
+// sample's elements in row-major order. logp: fp32 [B]. A sample's bytes depend on that
+// sample alone. Errors as flow_sde_step_forward, and logp.
+void flow_sde_logp_forward(const ConstTensorView& x, const ConstTensorView& v,
+                           const ConstTensorView& prev, const TensorView& logp,
+                           const FlowSdeOptions& options, const ExecutionContext& context = {});
+
+// The gradients of logp with respect to x and v (prev is a constant, as Flow-GRPO detaches
+// it): with g = dlogp[b] * 2 inverse_two_variance / N, dmean_i = g (prev_i - mean_i),
+// dv = dmean * v_scale, dx = dmean * x_scale, each rounded once; either may be absent, not
+// both. dlogp: fp32 [B]. Errors as the forward, and dlogp, dx, dv.
+void flow_sde_logp_backward(const ConstTensorView& x, const ConstTensorView& v,
+                            const ConstTensorView& prev, const ConstTensorView& dlogp,
+                            const std::optional<TensorView>& dx,
+                            const std::optional<TensorView>& dv, const FlowSdeOptions& options,
+                            const ExecutionContext& context = {});
+
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`
 // when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value

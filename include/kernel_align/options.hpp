@@ -82,6 +82,16 @@ struct ActivationOptions {
   Activation activation = Activation::Silu;
 };
 
+// flow_sde_step / flow_sde_logp: one step of Flow-GRPO's SDE sampler from sigma to
+// sigma_prev (docs/contract.md section 15). sigma and sigma_max have no default: left at
+// 0 they are refused (Error "sigma", "sigma_max").
+struct FlowSdeOptions {
+  float sigma = 0.0f;        // this step's sigma, in (0, 1]
+  float sigma_prev = 0.0f;   // the next step's, in [0, sigma): 0 for the last step
+  float noise_level = 0.7f;  // Flow-GRPO's default; finite and > 0
+  float sigma_max = 0.0f;    // the scheduler's sigmas[1], standing in for sigma = 1; in (0, 1)
+};
+
 // adaln_gate_residual_forward / _backward.
 struct GateResidualOptions {
   NormMode mode = NormMode::Diffusers;  // whether the forward rounds gate * y before the add

@@ -65,6 +65,13 @@ class StandIns {
     return v;
   }
 
+  // An fp32 [B] of one number per sample (dim 0) of `input` (flow_sde_logp's logp).
+  TensorView per_sample(const ConstTensorView& input) {
+    ConstTensorView samples = input;
+    samples.rank = 1;
+    return like(samples, DType::F32);
+  }
+
   // The bytes of every stand-in made (at most 2^62).
   std::uint64_t bytes() const { return bytes_; }
 

@@ -259,6 +259,25 @@ _OPERATORS = (
               "Tensor(a!) out) -> ()", reported_as="adaln_gate_residual"),
     _Operator("adaln_gate_residual_backward(Tensor gate, Tensor y, Tensor dout, str mode) -> "
               "(Tensor, Tensor)", lambda a: (_like(a.y), _like(a.gate))),
+    # flow_sde_step, flow_sde_logp (csrc/flow_sde.cpp): prev like x, logp fp32 [B]; the
+    # gradients like the tensors they belong to (the step's in the dtypes given), an empty
+    # tensor for one the mask leaves out.
+    _Operator("flow_sde_step(Tensor x, Tensor v, Tensor noise, float sigma, float sigma_prev, "
+              "float noise_level, float sigma_max) -> Tensor", lambda a: _like(a.x)),
+    _Operator("flow_sde_step_backward(Tensor dprev, ScalarType dx_dtype, ScalarType dv_dtype, "
+              "float sigma, float sigma_prev, float noise_level, float sigma_max, "
+              "bool[2] output_mask) -> (Tensor, Tensor)",
+              lambda a: tuple(_like(a.dprev, dtype) if wanted else a.dprev.new_empty((0,))
+                              for dtype, wanted in zip((a.dx_dtype, a.dv_dtype),
+                                                       a.output_mask))),
+    _Operator("flow_sde_logp(Tensor x, Tensor v, Tensor prev, float sigma, float sigma_prev, "
+              "float noise_level, float sigma_max) -> Tensor",
+              lambda a: a.x.new_empty((a.x.shape[0],), dtype=torch.float32)),
+    _Operator("flow_sde_logp_backward(Tensor x, Tensor v, Tensor prev, Tensor dlogp, "
+              "float sigma, float sigma_prev, float noise_level, float sigma_max, "
+              "bool[2] output_mask) -> (Tensor, Tensor)",
+              lambda a: tuple(_like(t) if wanted else a.x.new_empty((0,))
+                              for t, wanted in zip((a.x, a.v), a.output_mask))),
 )
 
 

@@ -66,6 +66,7 @@ __all__ = [
     "adaln_gate_residual",
     "adaln_modulation",
     "attention",
+    "flow_sde_step_logp",
     "linear",
     "qk_rmsnorm",
     "multi_axis_rope",
@@ -547,3 +548,63 @@ def activation(x: torch.Tensor, kind: str = "silu") -> torch.Tensor:
     op = "activation"
     check_tensors(op, x=x)
     return ops.activation(x, as_str(op, "kind", kind))
+
+
+def flow_sde_step_logp(
+    x: torch.Tensor,
+    v: torch.Tensor,
+    sigma: float,
+    sigma_prev: float,
+    *,
+    sigma_max: float,
+    noise: torch.Tensor | None = None,
+    prev: torch.Tensor | None = None,
+    noise_level: float = 0.7,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of Flow-GRPO's SDE sampler (``sde_step_with_logprob`` of the flow-matching
+    Euler scheduler) and its log-probability, under the contract (docs/contract.md section
+    15): fp32 arithmetic whatever the dtypes, the step's constants each its exact
+    expression rounded once to fp32 (``flow_sde_coefficients``), each sample's sum of
+    squared distances by linear's fixed tree, so a sample's bytes depend on that sample
+    alone: a batched sampler and a per-sample trainer compute the same log-probability, bit
+    for bit, and the policy ratio is exactly 1.
+
+    Two modes. Sampling (``noise`` given): ``prev = x * x_scale + v * v_scale +
+    noise_scale * noise`` in x's dtype, and its log-probability. Replay (``prev`` given, as
+    the trainer recomputes a recorded step): ``prev`` itself and its log-probability,
+    differentiable in v (and x); prev is a constant, as Flow-GRPO detaches it.
+
+    Args:
+        x: the latents x_t, ``[B, ...]`` of rank 2 to 4 (dim 0 the samples), fp32, bf16 or
+            fp16, any strides.
+        v: the model's velocity (after guidance), x's shape.
+        sigma: this step's sigma, in (0, 1].
+        sigma_prev: the next step's, in [0, sigma).
+        sigma_max: the scheduler's ``sigmas[1]``, which stands in for sigma where sigma = 1.
+        noise: the step's standard normal noise, x's shape (sampling), or None.
+        prev: the recorded x_{t-1}, x's shape (replay), or None. Exactly one of the two.
+        noise_level: Flow-GRPO's noise level, finite and > 0.
+
+    Returns:
+        ``(prev, logp)``: prev (a new tensor in x's dtype when sampling, the given one when
+        replaying) and ``logp``, fp32 ``[B]``, the mean over each sample's elements of the
+        Gaussian log-density.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: both or neither of noise and prev, shapes that differ, a rank outside 2
+            to 4, a sigma outside its range, a noise level that is not finite and positive,
+            a step whose constants overflow fp32, tensors on two devices.
+        NotImplementedError: a double backward through this op.
+    """
+    op = "flow_sde_step_logp"
+    check_tensors(op, ("noise", "prev"), x=x, v=v, noise=noise, prev=prev)
+    if (noise is None) == (prev is None):
+        raise ValueError(f"kernel_align.{op}: arguments 'noise' and 'prev': expected exactly "
+                         "one (noise to sample a step, prev to replay one), found "
+                         + ("both" if noise is not None else "neither"))
+    step = (as_float(op, "sigma", sigma), as_float(op, "sigma_prev", sigma_prev),
+            as_float(op, "noise_level", noise_level), as_float(op, "sigma_max", sigma_max))
+    if prev is None:
+        prev = ops.flow_sde_step(x, v, noise, *step)
+    return prev, ops.flow_sde_logp(x, v, prev.detach(), *step)

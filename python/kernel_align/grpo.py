@@ -10,7 +10,7 @@ from the recorded latents). It prints, per configuration, the largest
 ``|logp_train - logp_sample|`` and ``|exp(logp_train - logp_sample) - 1|`` over samples and
 steps: with diffusers' defaults (torch's kernels and Flow-GRPO's expressions) and with the
 model under kernel-align's contract (``kernel_align.diffusers.under_contract``, and the step
-computed so that a sample's bytes depend on that sample alone).
+by ``kernel_align.flow_sde_step_logp``, whose bytes for a sample depend on that sample alone).
 
 The step is Flow-GRPO's ``sde_step_with_logprob`` of the flow-matching Euler scheduler:
 with ``std = sqrt(sigma / (1 - sigma')) * noise_level`` (``sigma' = sigma_max`` where
@@ -23,12 +23,10 @@ with ``std = sqrt(sigma / (1 - sigma')) * noise_level`` (``sigma' = sigma_max`` 
 
 and true CFG is ``v = uncond + scale (cond - uncond)``, rescaled per token to the
 conditional prediction's norm, as the Qwen-Image pipeline does. Under the contract the
-step's constants are ``flow_sde_coefficients``' (each exact expression rounded once to
-fp32, on the host, the same bits on every machine), the elementwise steps are fp32 IEEE
-operations, and
-the two sums (each token's squared norm for the CFG rescale, each sample's squared
-distance for logp) run ``kernel_align.linear``'s fixed tree, a row at a time; until the
-library's ``flow_sde_step_logp`` op lands (issue 33), this module computes the step so.
+step is the library's ``flow_sde_step_logp`` (docs/contract.md section 15: the step's
+constants each its exact expression rounded once to fp32, fp32 elementwise steps, each
+sample's squared distance summed by linear's fixed tree), and the CFG rescale's per-token
+norms are sums of squares by ``kernel_align.linear``'s tree, a row at a time.
 """
 
 from __future__ import annotations
@@ -41,22 +39,13 @@ import time
 import torch
 
 from . import diffusers as ka_diffusers
-from ._ops import ops
-from .functional import linear
+from .functional import flow_sde_step_logp, linear
 
 __all__ = ["grpo"]
 
 _SIGMAS = (1.0, 0.8, 0.6, 0.4)  # the steps' sigmas: sigma_max = _SIGMAS[1], as Flow-GRPO's
 _NOISE_LEVEL = 0.7  # Flow-GRPO's default
 _CFG_SCALE = 4.0  # the Qwen-Image pipeline's true_cfg_scale default
-
-
-def _coefficients(sigma: float, sigma_prev: float) -> dict[str, torch.Tensor]:
-    """A step's per-step constants (kernel_align's flow_sde_coefficients: each the exact
-    expression rounded once to fp32, the same bits on every machine), as fp32 scalars."""
-    names = ("x", "v", "noise", "inverse_two_var", "log_norm")
-    values = ops.flow_sde_coefficients(sigma, sigma_prev, _NOISE_LEVEL, _SIGMAS[1])
-    return {n: torch.tensor(value, dtype=torch.float32) for n, value in zip(names, values)}
 
 
 def _row_sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
@@ -95,15 +84,11 @@ def _step(x: torch.Tensor, v: torch.Tensor, sigma: float, sigma_prev: float,
                 - torch.log(std * torch.sqrt(-1 * dt))
                 - torch.log(torch.sqrt(2 * torch.as_tensor(math.pi))))
         return prev, logp.mean(dim=tuple(range(1, logp.ndim)))
-    f32 = _coefficients(sigma, sigma_prev)
-    mean = x * f32["x"] + v * f32["v"]
     if prev is None:
-        prev = mean + f32["noise"] * noise
-    distance = (prev.detach() - mean).reshape(x.shape[0], -1)
-    count = distance.shape[1]
-    squares = _row_sums_of_squares(distance)
-    logp = -(squares * f32["inverse_two_var"]) / count + f32["log_norm"]
-    return prev, logp
+        return flow_sde_step_logp(x, v, sigma, sigma_prev, sigma_max=_SIGMAS[1], noise=noise,
+                                  noise_level=_NOISE_LEVEL)
+    return flow_sde_step_logp(x, v, sigma, sigma_prev, sigma_max=_SIGMAS[1], prev=prev,
+                              noise_level=_NOISE_LEVEL)
 
 
 def _run(model, config: dict, contract: bool) -> tuple[float, float]:

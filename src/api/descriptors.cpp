@@ -11,6 +11,10 @@ constexpr OptionSpec kLayout{"layout", OptionKind::Choice, {"bshd", "bhsd"}};
 constexpr OptionSpec kPairing{"pairing", OptionKind::Choice, {"half", "interleaved"}};
 constexpr OptionSpec kTextLen{"text_len", OptionKind::Integer, {}};
 constexpr OptionSpec kActivation{"activation", OptionKind::Choice, {"none", "gelu_tanh", "silu"}};
+constexpr OptionSpec kSigma{"sigma", OptionKind::Float, {}};
+constexpr OptionSpec kSigmaPrev{"sigma_prev", OptionKind::Float, {}};
+constexpr OptionSpec kNoiseLevel{"noise_level", OptionKind::Float, {}};
+constexpr OptionSpec kSigmaMax{"sigma_max", OptionKind::Float, {}};
 
 constexpr TensorSpec in(const char* name) {
   return {.name = name};
@@ -26,12 +30,18 @@ constexpr TensorSpec out(const char* name, const char* like,
   return {.name = name, .like = like, .in_place_of = in_place_of, .role = TensorRole::Output};
 }
 constexpr TensorSpec optional_out(const char* name, const char* like,
-                                  const char* argument = nullptr) {
+                                  const char* argument = nullptr,
+                                  std::array<const char*, 2> in_place_of = {}) {
   return {.name = name,
           .argument = argument,
           .like = like,
+          .in_place_of = in_place_of,
           .role = TensorRole::Output,
           .optional = true};
+}
+// An fp32 output of one number per sample of `like`.
+constexpr TensorSpec per_sample_out(const char* name, const char* like) {
+  return {.name = name, .like = like, .role = TensorRole::Output, .per_sample = true};
 }
 // The forward's y of an op whose caller chooses y's dtype.
 constexpr TensorSpec y_of_free_dtype(const char* like, const char* rows_of,
@@ -126,6 +136,21 @@ constexpr OpDescriptor kDescriptors[] = {
      .backward = signature({in("x"), in("dy"), out("dx", "x", {"x", "dy"})}),
      .option_count = 1,
      .op = OpType::Activation},
+    {.reduction_tree = nullptr,
+     .option_list = {kSigma, kSigmaPrev, kNoiseLevel, kSigmaMax},
+     .forward = signature({in("x"), in("v"), in("noise"), out("prev", "x", {"x", "noise"})}),
+     .backward = signature({in("dprev"), optional_out("dx", "dprev", nullptr, {"dprev"}),
+                            optional_out("dv", "dprev", nullptr, {"dprev"})}),
+     .option_count = 4,
+     .op = OpType::FlowSdeStep},
+    {.reduction_tree = "linear-tree-v1",
+     .option_list = {kSigma, kSigmaPrev, kNoiseLevel, kSigmaMax},
+     .forward = signature({in("x"), in("v"), in("prev"), per_sample_out("logp", "x")}),
+     .backward = signature({in("x"), in("v"), in("prev"), in("dlogp"),
+                            optional_out("dx", "x", nullptr, {"x"}),
+                            optional_out("dv", "v", nullptr, {"v"})}),
+     .option_count = 4,
+     .op = OpType::FlowSdeLogp},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

@@ -63,6 +63,8 @@ struct TensorSpec {
   bool optional = false;
   // An output whose dtype the caller may choose (the forward's y of qk_rmsnorm, linear).
   bool dtype_free = false;
+  // An output of one fp32 number per sample: shape [dim 0 of `like`] (flow_sde_logp's logp).
+  bool per_sample = false;
   constexpr const char* error_name() const { return argument != nullptr ? argument : name; }
 };
 

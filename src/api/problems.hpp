@@ -11,6 +11,7 @@
 #include "api/activation_problem.hpp"
 #include "api/adaln_problem.hpp"
 #include "api/attention_problem.hpp"
+#include "api/flow_sde_problem.hpp"
 #include "api/gate_residual_problem.hpp"
 #include "api/gemm_problem.hpp"
 #include "kernel_align/contract/convert.hpp"
@@ -217,6 +218,10 @@ KERNEL_ALIGN_PROBLEM(AdaLnGateResidual, Forward, GateResidualProblem)
 KERNEL_ALIGN_PROBLEM(AdaLnGateResidual, Backward, GateResidualBackwardProblem)
 KERNEL_ALIGN_PROBLEM(Activation, Forward, ActivationProblem)
 KERNEL_ALIGN_PROBLEM(Activation, Backward, ActivationBackwardProblem)
+KERNEL_ALIGN_PROBLEM(FlowSdeStep, Forward, FlowSdeStepProblem)
+KERNEL_ALIGN_PROBLEM(FlowSdeStep, Backward, FlowSdeStepBackwardProblem)
+KERNEL_ALIGN_PROBLEM(FlowSdeLogp, Forward, FlowSdeLogpProblem)
+KERNEL_ALIGN_PROBLEM(FlowSdeLogp, Backward, FlowSdeLogpBackwardProblem)
 #undef KERNEL_ALIGN_PROBLEM
 template <OpType op, Direction d>
 using Problem = typename ProblemOf<op, d>::type;

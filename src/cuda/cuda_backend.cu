@@ -137,9 +137,9 @@ class DeviceExecutor {
                                  static_cast<int>(l.dynamic_shared_bytes)),
             "the dynamic shared memory of " + l.kernel);
     }
-    kernel_entry<Kernel<CudaGrid>><<<dim3(l.grid[0], l.grid[1], l.grid[2]),
-                                     dim3(l.block[0], l.block[1], l.block[2]),
-                                     l.dynamic_shared_bytes, stream_>>>(p);
+    kernel_entry<Kernel<CudaGrid>>
+        <<<dim3(l.grid[0], l.grid[1], l.grid[2]), dim3(l.block[0], l.block[1], l.block[2]),
+           l.dynamic_shared_bytes, stream_>>>(p);
     check(cudaGetLastError(), "the launch of " + l.kernel);
   }
 

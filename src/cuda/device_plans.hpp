@@ -9,6 +9,7 @@
 #pragma once
 
 #include "cuda/attention_plan.hpp"
+#include "cuda/flow_sde_plan.hpp"
 #include "cuda/modulation_plan.hpp"
 #include "cuda/plan.hpp"
 
@@ -28,4 +29,8 @@
   X(AdaLnGateResidual, Forward, gate_residual_forward)   \
   X(AdaLnGateResidual, Backward, gate_residual_backward) \
   X(Activation, Forward, activation_forward)             \
-  X(Activation, Backward, activation_backward)
+  X(Activation, Backward, activation_backward)           \
+  X(FlowSdeStep, Forward, flow_sde_step_forward)         \
+  X(FlowSdeStep, Backward, flow_sde_step_backward)       \
+  X(FlowSdeLogp, Forward, flow_sde_logp_forward)         \
+  X(FlowSdeLogp, Backward, flow_sde_logp_backward)

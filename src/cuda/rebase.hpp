@@ -282,4 +282,50 @@ detail::ActivationBackwardProblem rebased(const detail::ActivationBackwardProble
   return r;
 }
 
+template <class Mirror>
+TensorView rebased_output(const TensorView& t, Mirror& m) {
+  return t.data != nullptr ? m.map(t, true) : t;
+}
+
+template <class Mirror>
+detail::FlowSdeStepProblem rebased(const detail::FlowSdeStepProblem& p, Mirror& m) {
+  detail::FlowSdeStepProblem r = p;
+  r.x = m.map(p.x, false);
+  r.v = m.map(p.v, false);
+  r.noise = m.map(p.noise, false);
+  r.prev = m.map(p.prev, true);
+  return r;
+}
+
+template <class Mirror>
+detail::FlowSdeStepBackwardProblem rebased(const detail::FlowSdeStepBackwardProblem& p, Mirror& m) {
+  detail::FlowSdeStepBackwardProblem r = p;
+  r.dprev = m.map(p.dprev, false);
+  r.dx = rebased_output(p.dx, m);
+  r.dv = rebased_output(p.dv, m);
+  return r;
+}
+
+template <class Mirror>
+detail::FlowSdeLogpProblem rebased(const detail::FlowSdeLogpProblem& p, Mirror& m) {
+  detail::FlowSdeLogpProblem r = p;
+  r.x = m.map(p.x, false);
+  r.v = m.map(p.v, false);
+  r.prev = m.map(p.prev, false);
+  r.logp = m.map(p.logp, true);
+  return r;
+}
+
+template <class Mirror>
+detail::FlowSdeLogpBackwardProblem rebased(const detail::FlowSdeLogpBackwardProblem& p, Mirror& m) {
+  detail::FlowSdeLogpBackwardProblem r = p;
+  r.x = m.map(p.x, false);
+  r.v = m.map(p.v, false);
+  r.prev = m.map(p.prev, false);
+  r.dlogp = m.map(p.dlogp, false);
+  r.dx = rebased_output(p.dx, m);
+  r.dv = rebased_output(p.dv, m);
+  return r;
+}
+
 }  // namespace kernel_align::cuda

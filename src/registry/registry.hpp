@@ -48,7 +48,7 @@ struct LaunchRecord {
   // Shared memory a block gets beyond its kernel's fixed Shared struct, sized by the call
   // (Grid::dynamic_shared()).
   unsigned dynamic_shared_bytes = 0;
-  std::string path;        // "fast" (vector loads, D = 128) or "generic"
+  std::string path;  // "fast" (vector loads, D = 128) or "generic"
 };
 
 // One call as a backend runs it: where (set by the op layer), and how it ran (set by the

@@ -374,11 +374,17 @@ namespace {
 // then rounded once to fp32.
 using WideNumber = MpfrNumber<256>;
 
-// `exact` (256 bits) rounded once to fp32, nearest-even, fp32's subnormals.
+// `exact` (256 bits) rounded once to fp32, nearest-even, fp32's subnormals, overflow to
+// infinity. The rounding to 24 bits happens in MPFR's wide exponent range, where `exact`
+// lives (an MPFR input outside the current range is undefined: an fp32 range set first
+// turned 6e39 into -5.4e-38); then the fp32 range, its overflow and underflow
+// (mpfr_check_range) and subnormals (mpfr_subnormalize), both told which way the first
+// rounding went, so nothing is rounded twice.
 float rounded_to_fp32(const WideNumber& exact) {
-  const Fp32ExponentRange fp32_range;
   Fp32Number result;
-  round_to_fp32(result, mpfr_set(result.get(), exact.get(), MPFR_RNDN));
+  const int ternary = mpfr_set(result.get(), exact.get(), MPFR_RNDN);
+  const Fp32ExponentRange fp32_range;
+  round_to_fp32(result, mpfr_check_range(result.get(), ternary, MPFR_RNDN));
   return result.to_float();
 }
 

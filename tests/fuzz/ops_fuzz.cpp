@@ -3,7 +3,8 @@
 // strides (any: zero, overlapping, huge), dtypes, layouts, modes, pairings, eps,
 // text_len, linear's activations and optional gradients, attention's masks and layouts,
 // adaln_modulation's and adaln_gate_residual's modulations ([B, D] or [B, 1, D]) and optional
-// gradients, the activation's kinds and ranks, bool
+// gradients, the activation's kinds and ranks, the SDE step's and log-probability's steps
+// (valid or not), per-sample vectors and optional gradients, bool
 // tensors where numbers belong, outputs in place or anywhere (overlapping
 // inputs and each other, or beside them with the same strides: byte ranges that interleave, with or
 // without a common element), pointers off their dtype's alignment. The validation must accept a
@@ -29,6 +30,7 @@
 #include "api/ops/adaln_gate_residual.hpp"
 #include "api/ops/adaln_modulation.hpp"
 #include "api/ops/attention.hpp"
+#include "api/ops/flow_sde.hpp"
 #include "api/ops/linear.hpp"
 #include "api/ops/multi_axis_rope.hpp"
 #include "api/ops/qk_norm_rope.hpp"
@@ -189,12 +191,67 @@ struct Call {
 Call decode(FuzzedDataProvider& f, Arena& arena) {
   Decoder in(f, arena);
   Call call;
-  const int op = f.ConsumeIntegralInRange<int>(0, 15);
+  const int op = f.ConsumeIntegralInRange<int>(0, 19);
   const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
   const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
   const auto add = [&](const auto& v) {
     if (v) call.views.push_back(*v);
   };
+  if (op >= 16) {  // flow_sde_step, flow_sde_logp: latents of rank 2 to 4, steps valid or not
+    const auto pick = [&](std::initializer_list<float> values) {
+      return values.begin()[in.small(0, static_cast<std::int64_t>(values.size()) - 1)];
+    };
+    const FlowSdeOptions options{pick({0.8f, 1.0f, 0.02f, 0.0f, 1.5f}),
+                                 pick({0.6f, 0.0f, 0.8f, -0.1f}), pick({0.7f, 1e-20f, 1e30f}),
+                                 pick({0.9f, 0.0f})};
+    const std::int64_t shape[4] = {in.dim(3), in.dim(5), in.dim(3), in.dim(70)};
+    const int rank = static_cast<int>(in.small(2, 4));
+    const TensorView x = in.view(in.dtype(), rank, shape + (4 - rank));
+    const std::int64_t samples[1] = {x.shape[0]};
+    const auto per_sample = [&] {
+      return in.view(in.coin() ? DType::F32 : in.dtype(), 1, samples);
+    };
+    const auto optional_grad = [&](const TensorView& like) {
+      return in.coin() ? std::optional<TensorView>(in.same_shape(in.dtype(), like)) : std::nullopt;
+    };
+    if (op == 17) {  // the step's backward: x stands for dprev
+      const std::optional<TensorView> dx = optional_grad(x), dv = optional_grad(x);
+      call.views = {x};
+      add(dx);
+      add(dv);
+      call.run = [=] { flow_sde_step_backward(x, dx, dv, options); };
+      call.validate = [=] { detail::flow_sde_step_backward_call(x, dx, dv, options); };
+      return call;
+    }
+    const TensorView v = in.same_shape(in.dtype(), x);
+    const TensorView third = in.same_shape(in.dtype(), x);  // noise, or prev
+    if (op == 16) {
+      const TensorView prev = in.coin() ? (in.coin() ? x : third) : in.same_shape(in.dtype(), x);
+      call.views = {x, v, third, prev};
+      call.run = [=] { flow_sde_step_forward(x, v, third, prev, options); };
+      call.validate = [=] { detail::flow_sde_step_forward_call(x, v, third, prev, options); };
+      return call;
+    }
+    if (op == 18) {
+      const TensorView logp = per_sample();
+      call.views = {x, v, third, logp};
+      call.run = [=] { flow_sde_logp_forward(x, v, third, logp, options); };
+      call.validate = [=] { detail::flow_sde_logp_forward_call(x, v, third, logp, options); };
+      return call;
+    }
+    const TensorView dlogp = per_sample();
+    const std::optional<TensorView> dx =
+        in.coin() ? std::optional<TensorView>(x) : optional_grad(x);
+    const std::optional<TensorView> dv = optional_grad(x);
+    call.views = {x, v, third, dlogp};
+    add(dx);
+    add(dv);
+    call.run = [=] { flow_sde_logp_backward(x, v, third, dlogp, dx, dv, options); };
+    call.validate = [=] {
+      detail::flow_sde_logp_backward_call(x, v, third, dlogp, dx, dv, options);
+    };
+    return call;
+  }
   if (op >= 14) {  // activation: x of rank 1 to 4, the output in place or anywhere
     const ActivationOptions options{static_cast<Activation>(in.small(0, 2))};
     const std::int64_t shape[4] = {in.dim(3), in.dim(5), in.dim(3), in.dim(40)};

@@ -472,7 +472,8 @@ TEST(TimestepEmbeddingTest, RejectsInvalidInputs) {
 
 // flow_sde_coefficients against the same expressions written literally (std = sqrt(...)
 // first, then each constant as Flow-GRPO writes it) in MPFR at 512 bits, rounded by
-// mpfr_get_flt: equal, bit for bit, on a grid of steps with sigma = 1 among them.
+// mpfr_get_flt: equal, bit for bit, on a grid of steps with sigma = 1 among them, and at
+// noise levels whose inverse variance overflows fp32 (1e-20: +inf) or is subnormal (1e19).
 TEST(FlowSdeCoefficientsTest, EqualTheExpressionsEvaluatedAt512Bits) {
   struct Wide {
     mpfr_t v;
@@ -483,7 +484,7 @@ TEST(FlowSdeCoefficientsTest, EqualTheExpressionsEvaluatedAt512Bits) {
     Wide& operator=(const Wide&) = delete;
   };
   const auto round = [](const Wide& w) { return mpfr_get_flt(w.v, MPFR_RNDN); };
-  for (const float noise_level : {0.7f, 1.0f, 0.3f}) {
+  for (const float noise_level : {0.7f, 1.0f, 0.3f, 1e-20f, 1e19f}) {
     const float sigmas[] = {1.0f, 0.9464f, 0.8f, 0.6f, 0.35f, 0.1f, 0.02f, 0.0f};
     for (std::size_t i = 0; i + 1 < std::size(sigmas); ++i) {
       const float sigma = sigmas[i], sigma_prev = sigmas[i + 1], sigma_max = sigmas[1];

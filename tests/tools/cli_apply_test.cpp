@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -67,6 +68,7 @@ TEST_F(CliTest, EveryOpsApplyCommandWritesTheLibrarysBytes) {
     c.shape = &shape;
     c.tables = &tables;
     c.inputs = cases_of(config.op).inputs(config, tables, shape.heads);
+    c.options = cases_of(config.op).options;
     const detail::Signature& signature = detail::descriptor(config.op).signature(config.direction);
     const bool forward = config.direction == Direction::Forward;
     const auto outputs_of = [&] {
@@ -80,14 +82,23 @@ TEST_F(CliTest, EveryOpsApplyCommandWritesTheLibrarysBytes) {
     std::vector<std::string> args{"apply",
                                   dashed(op_type_name(config.op)) + (forward ? "" : "-backward")};
     for (const verify_cases::InputShape& in : c.inputs) {
-      NpyArray& a = c.arrays.emplace_back(make_npy_array(NpyType::BF16, in.shape));
-      cases::fill_uniform(random, DType::BF16, a.data, in.batched ? -4.0f : 0.5f, 1.0f);
+      const DType dtype = in.fp32 ? DType::F32 : DType::BF16;
+      NpyArray& a = c.arrays.emplace_back(make_npy_array(npy_type_of(dtype), in.shape));
+      cases::fill_uniform(random, dtype, a.data, in.batched ? -4.0f : 0.5f, 1.0f);
       write(std::string(in.name) + ".npy", a);
       args.insert(args.end(),
                   {flag(signature.list[signature.index(in.name)]), std::string(in.name) + ".npy"});
     }
     if (signature.index("cos") >= 0)
       args.insert(args.end(), {"--cos", "cos.npy", "--sin", "sin.npy"});
+    for (const detail::OptionValue& o : c.options) {
+      char number[32];
+      std::snprintf(number, sizeof number, "%.9g", static_cast<double>(o.number));
+      args.insert(args.end(), {"--" + dashed(o.name),
+                               o.kind == detail::OptionKind::Float     ? std::string(number)
+                               : o.kind == detail::OptionKind::Integer ? std::to_string(o.integer)
+                                                                       : std::string(o.choice)});
+    }
     if (config.mode) args.insert(args.end(), {"--mode", norm_mode_name(*config.mode)});
     if (config.pairing) args.insert(args.end(), {"--pairing", pairing_name(*config.pairing)});
     if (config.layout) args.insert(args.end(), {"--layout", layout_name(*config.layout)});

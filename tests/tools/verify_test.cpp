@@ -27,13 +27,14 @@ namespace {
 // Configurations per variant and shape: qk_rmsnorm 2 directions x 3 dtypes x 2 modes,
 // multi_axis_rope 2 x 3 x 2 pairings x 2 layouts, qk_norm_rope 2 x 3 x 2 x 2 x 2, linear
 // 2 x 3 x 3 activations, attention 2 x 3 x 2 layouts, adaln_modulation and
-// adaln_gate_residual 2 x 3 x 2 modes each, activation 2 x 3 x 3 kinds.
+// adaln_gate_residual 2 x 3 x 2 modes each, activation 2 x 3 x 3 kinds, flow_sde_step and
+// flow_sde_logp 2 x 3 each (no enumerated option).
 constexpr std::size_t kRmsNormConfigs = 12, kRopeConfigs = 24, kFusedConfigs = 48,
                       kLinearConfigs = 18, kAttentionConfigs = 12, kAdaLnConfigs = 12,
-                      kGateResidualConfigs = 12, kActivationConfigs = 18;
+                      kGateResidualConfigs = 12, kActivationConfigs = 18, kFlowSdeConfigs = 12;
 constexpr std::size_t kConfigs = kRmsNormConfigs + kRopeConfigs + kFusedConfigs + kLinearConfigs +
                                  kAttentionConfigs + kAdaLnConfigs + kGateResidualConfigs +
-                                 kActivationConfigs;
+                                 kActivationConfigs + kFlowSdeConfigs;
 constexpr std::size_t kQuickShapes = 4;
 // The one --quick shape the in-process tests run: 16 text + 8 x 8 image tokens, 8 heads.
 const std::vector<std::string> kOneQuickShape{"--quick", "--shape", "t2i_128x128"};

@@ -9,11 +9,12 @@ namespace kernel_align::cli::verify_cases {
 
 OpCases activation_cases() {
   return {[](const cases::Config& config, const cases::ShapeTables& tables, std::int64_t heads) {
-    const std::vector<std::int64_t> rows = head_rows(config, tables.seq, heads);
-    InputShapes inputs{{"x", rows}};
-    if (config.direction == Direction::Backward) inputs.push_back({"dy", rows});
-    return inputs;
-  }};
+            const std::vector<std::int64_t> rows = head_rows(config, tables.seq, heads);
+            InputShapes inputs{{"x", rows}};
+            if (config.direction == Direction::Backward) inputs.push_back({"dy", rows});
+            return inputs;
+          },
+          {}};
 }
 
 }  // namespace kernel_align::cli::verify_cases

@@ -10,14 +10,15 @@ namespace kernel_align::cli::verify_cases {
 
 OpCases adaln_gate_residual_cases() {
   return {[](const cases::Config& config, const cases::ShapeTables& tables, std::int64_t) {
-    const std::vector<std::int64_t> tokens{kBatch, tables.seq, cases::kHeadDim};
-    const std::vector<std::int64_t> gate{kBatch, 1, cases::kHeadDim};
-    if (config.direction == Direction::Forward) {
-      return InputShapes{{"x", tokens}, {"y", tokens}, {"gate", gate}};
-    }
-    // dgate, a sample's own sum over its tokens, is per sample.
-    return InputShapes{{"y", tokens}, {"dout", tokens}, {"gate", gate}};
-  }};
+            const std::vector<std::int64_t> tokens{kBatch, tables.seq, cases::kHeadDim};
+            const std::vector<std::int64_t> gate{kBatch, 1, cases::kHeadDim};
+            if (config.direction == Direction::Forward) {
+              return InputShapes{{"x", tokens}, {"y", tokens}, {"gate", gate}};
+            }
+            // dgate, a sample's own sum over its tokens, is per sample.
+            return InputShapes{{"y", tokens}, {"dout", tokens}, {"gate", gate}};
+          },
+          {}};
 }
 
 }  // namespace kernel_align::cli::verify_cases

@@ -11,14 +11,15 @@ namespace kernel_align::cli::verify_cases {
 
 OpCases adaln_modulation_cases() {
   return {[](const cases::Config& config, const cases::ShapeTables& tables, std::int64_t) {
-    const std::vector<std::int64_t> tokens{kBatch, tables.seq, cases::kHeadDim};
-    const std::vector<std::int64_t> modulation{kBatch, 1, cases::kHeadDim};
-    if (config.direction == Direction::Forward) {
-      return InputShapes{{"x", tokens}, {"scale", modulation}, {"shift", modulation}};
-    }
-    // dscale and dshift, a sample's own sums over its tokens, are per sample.
-    return InputShapes{{"x", tokens}, {"dy", tokens}, {"scale", modulation}};
-  }};
+            const std::vector<std::int64_t> tokens{kBatch, tables.seq, cases::kHeadDim};
+            const std::vector<std::int64_t> modulation{kBatch, 1, cases::kHeadDim};
+            if (config.direction == Direction::Forward) {
+              return InputShapes{{"x", tokens}, {"scale", modulation}, {"shift", modulation}};
+            }
+            // dscale and dshift, a sample's own sums over its tokens, are per sample.
+            return InputShapes{{"x", tokens}, {"dy", tokens}, {"scale", modulation}};
+          },
+          {}};
 }
 
 }  // namespace kernel_align::cli::verify_cases

@@ -12,14 +12,15 @@ namespace kernel_align::cli::verify_cases {
 
 OpCases attention_cases() {
   return {[](const cases::Config& config, const cases::ShapeTables& tables, std::int64_t) {
-    const std::vector<std::int64_t> rows = head_rows(config, tables.seq, 1);
-    InputShapes inputs{{"q", rows}, {"k", rows}, {"v", rows}};
-    if (config.direction == Direction::Backward) {
-      inputs.push_back({"out", rows});
-      inputs.push_back({"dout", rows});
-    }
-    return inputs;
-  }};
+            const std::vector<std::int64_t> rows = head_rows(config, tables.seq, 1);
+            InputShapes inputs{{"q", rows}, {"k", rows}, {"v", rows}};
+            if (config.direction == Direction::Backward) {
+              inputs.push_back({"out", rows});
+              inputs.push_back({"dout", rows});
+            }
+            return inputs;
+          },
+          {}};
 }
 
 }  // namespace kernel_align::cli::verify_cases

@@ -10,13 +10,14 @@ namespace kernel_align::cli::verify_cases {
 
 OpCases linear_cases() {
   return {[](const cases::Config& config, const cases::ShapeTables& tables, std::int64_t) {
-    const std::vector<std::int64_t> tokens{kBatch, tables.seq, cases::kHeadDim};
-    InputShapes inputs{{"x", tokens}};
-    if (config.direction == Direction::Backward) inputs.push_back({"dy", tokens});
-    inputs.push_back({"weight", {cases::kHeadDim, cases::kHeadDim}, false});
-    inputs.push_back({"bias", {cases::kHeadDim}, false});
-    return inputs;
-  }};
+            const std::vector<std::int64_t> tokens{kBatch, tables.seq, cases::kHeadDim};
+            InputShapes inputs{{"x", tokens}};
+            if (config.direction == Direction::Backward) inputs.push_back({"dy", tokens});
+            inputs.push_back({"weight", {cases::kHeadDim, cases::kHeadDim}, false});
+            inputs.push_back({"bias", {cases::kHeadDim}, false});
+            return inputs;
+          },
+          {}};
 }
 
 }  // namespace kernel_align::cli::verify_cases

@@ -10,9 +10,10 @@ namespace kernel_align::cli::verify_cases {
 
 OpCases multi_axis_rope_cases() {
   return {[](const cases::Config& config, const cases::ShapeTables& tables, std::int64_t heads) {
-    return InputShapes{{config.direction == Direction::Forward ? "x" : "dy",
-                        head_rows(config, tables.seq, heads)}};
-  }};
+            return InputShapes{{config.direction == Direction::Forward ? "x" : "dy",
+                                head_rows(config, tables.seq, heads)}};
+          },
+          {}};
 }
 
 }  // namespace kernel_align::cli::verify_cases

@@ -10,17 +10,19 @@ namespace kernel_align::cli::verify_cases {
 
 OpCases qk_norm_rope_cases() {
   return {[](const cases::Config& config, const cases::ShapeTables& tables, std::int64_t heads) {
-    const std::vector<std::int64_t> rows = head_rows(config, tables.seq, heads);
-    InputShapes inputs{{"q", rows}, {"k", rows}};
-    if (config.direction == Direction::Backward) {
-      inputs.push_back({"dq_out", rows});
-      inputs.push_back({"dk_out", rows});
-    }
-    for (const char* w : {"weight_text_q", "weight_text_k", "weight_image_q", "weight_image_k"}) {
-      inputs.push_back({w, {cases::kHeadDim}, false});
-    }
-    return inputs;
-  }};
+            const std::vector<std::int64_t> rows = head_rows(config, tables.seq, heads);
+            InputShapes inputs{{"q", rows}, {"k", rows}};
+            if (config.direction == Direction::Backward) {
+              inputs.push_back({"dq_out", rows});
+              inputs.push_back({"dk_out", rows});
+            }
+            for (const char* w :
+                 {"weight_text_q", "weight_text_k", "weight_image_q", "weight_image_k"}) {
+              inputs.push_back({w, {cases::kHeadDim}, false});
+            }
+            return inputs;
+          },
+          {}};
 }
 
 }  // namespace kernel_align::cli::verify_cases

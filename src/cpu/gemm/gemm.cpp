@@ -293,4 +293,8 @@ void gemm_attention_probabilities(Isa isa, float* row, std::int64_t n, float sca
   path_for(gemm_isa(isa)).attention_probabilities(row, n, scale);
 }
 
+const FlowSdeKernels& gemm_flow_sde_kernels(Isa isa) {
+  return path_for(gemm_isa(isa)).flow_sde;
+}
+
 }  // namespace kernel_align::cpu

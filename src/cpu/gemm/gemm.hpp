@@ -5,6 +5,7 @@
 #pragma once
 
 #include "api/gemm_problem.hpp"
+#include "cpu/gemm/flow_sde_row.hpp"
 #include "kernel_align/runtime.hpp"
 
 namespace kernel_align::cpu {
@@ -27,5 +28,8 @@ void gemm_epilogue_activation(Isa isa, contract::Activation activation, const fl
 // One score row of joint attention on gemm_isa(isa)'s path: row[j] = mul(row[j], scale),
 // then the probabilities exp_f32(sub(s, m)) of the row's maximum m (contract/attention.hpp).
 void gemm_attention_probabilities(Isa isa, float* row, std::int64_t n, float scale);
+
+// The SDE step's row kernels of gemm_isa(isa)'s path (flow_sde_simd.hpp).
+const FlowSdeKernels& gemm_flow_sde_kernels(Isa isa);
 
 }  // namespace kernel_align::cpu

@@ -7,6 +7,7 @@
 
 #include "cpu/gemm/activation_simd.hpp"
 #include "cpu/gemm/attention_simd.hpp"
+#include "cpu/gemm/flow_sde_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -93,6 +94,12 @@ struct Avx2GemmOps {
     const __m256i k = _mm256_cvtps_epi32(kf);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
   }
+  // Lanes p[32 l]: element j of 8 consecutive leaves of linear's tree.
+  static F load_leaf_column(const float* p) {
+    const __m256i stride = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                              _mm256_set1_epi32(contract::kLinearLeaf));
+    return _mm256_i32gather_ps(p, stride, 4);
+  }
   static F activate(contract::Activation a, F z) {
     return SimdActivation<Avx2GemmOps>::activate(a, z);
   }
@@ -164,10 +171,12 @@ const GemmKernel kKernels[] = {
 }  // namespace
 
 const GemmPath& gemm_path_avx2() {
-  static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
+  static const GemmPath path{kKernels,
+                             static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
                              &pack_lines_by_transposes<Avx2Transposer>,
                              &run_activation<Avx2GemmOps>,
-                             &run_attention_probabilities<Avx2GemmOps>};
+                             &run_attention_probabilities<Avx2GemmOps>,
+                             flow_sde_kernels<Avx2GemmOps>()};
   return path;
 }
 

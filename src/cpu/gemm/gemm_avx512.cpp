@@ -17,6 +17,7 @@
 
 #include "cpu/gemm/activation_simd.hpp"
 #include "cpu/gemm/attention_simd.hpp"
+#include "cpu/gemm/flow_sde_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -108,6 +109,13 @@ struct Avx512GemmOps {
     const __m512i k = _mm512_cvtps_epi32(kf);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
   }
+  // Lanes p[32 l]: element j of 16 consecutive leaves of linear's tree.
+  static F load_leaf_column(const float* p) {
+    const __m512i stride =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(contract::kLinearLeaf));
+    return _mm512_i32gather_ps(stride, p, 4);
+  }
   static F activate(contract::Activation a, F z) {
     return SimdActivation<Avx512GemmOps>::activate(a, z);
   }
@@ -186,10 +194,12 @@ const GemmKernel kKernels[] = {
 }  // namespace
 
 const GemmPath& gemm_path_avx512() {
-  static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
+  static const GemmPath path{kKernels,
+                             static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
                              &pack_lines_by_transposes<Avx512Transposer>,
                              &run_activation<Avx512GemmOps>,
-                             &run_attention_probabilities<Avx512GemmOps>};
+                             &run_attention_probabilities<Avx512GemmOps>,
+                             flow_sde_kernels<Avx512GemmOps>()};
   return path;
 }
 

@@ -2,6 +2,7 @@
 // flags, so it runs on any CPU. Each lane operation is the contract's scalar function
 // (contract::fma_rn is the C library's correctly rounded fmaf where the CPU lacks FMA).
 #include "cpu/gemm/attention_simd.hpp"
+#include "cpu/gemm/flow_sde_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -23,6 +24,10 @@ struct PortableGemmOps {
   static void store_output(DType t, void* base, std::int64_t index, F v) {
     contract::store_output(t, base, index, v);
   }
+  static F set1(float v) { return v; }
+  static F sub(F a, F b) { return contract::sub(a, b); }
+  static F mul(F a, F b) { return contract::mul(a, b); }
+  static F load_leaf_column(const float* p) { return *p; }
   static F activate(contract::Activation a, F z) { return contract::activate(a, z); }
   static F activate_backward(contract::Activation a, F dy, F z) {
     return contract::activate_backward(a, dy, z);
@@ -40,9 +45,12 @@ const GemmKernel kKernels[] = {
 }  // namespace
 
 const GemmPath& gemm_path_portable() {
-  static const GemmPath path{kKernels, static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
-                             nullptr, &run_activation<PortableGemmOps>,
-                             &run_attention_probabilities_scalar};
+  static const GemmPath path{kKernels,
+                             static_cast<int>(sizeof kKernels / sizeof kKernels[0]),
+                             nullptr,
+                             &run_activation<PortableGemmOps>,
+                             &run_attention_probabilities_scalar,
+                             flow_sde_kernels<PortableGemmOps>()};
   return path;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cpu/gemm/flow_sde_row.hpp"
 #include "kernel_align/contract/activation.hpp"
 #include "kernel_align/dtype.hpp"
 
@@ -77,6 +78,8 @@ struct GemmPath {
   // One score row of joint attention: scaled, then its probabilities
   // (attention_simd.hpp).
   void (*attention_probabilities)(float* row, std::int64_t n, float scale);
+  // Flow-GRPO's SDE step and log-probability (flow_sde_simd.hpp).
+  FlowSdeKernels flow_sde;
 };
 
 const GemmPath& gemm_path_portable();

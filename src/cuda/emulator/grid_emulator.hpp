@@ -58,10 +58,9 @@ LaunchStats run_grid(Dim3 grid, Dim3 block, std::size_t shared_bytes,
 template <class Kernel>
 LaunchStats launch(Dim3 grid, Dim3 block, const typename Kernel::Params& params,
                    std::size_t dynamic_shared_bytes = 0) {
-  return run_grid(grid, block, sizeof(typename Kernel::Shared), dynamic_shared_bytes,
-                  [&](void* shared) {
-                    Kernel::run(params, *static_cast<typename Kernel::Shared*>(shared));
-                  });
+  return run_grid(
+      grid, block, sizeof(typename Kernel::Shared), dynamic_shared_bytes,
+      [&](void* shared) { Kernel::run(params, *static_cast<typename Kernel::Shared*>(shared)); });
 }
 
 }  // namespace kernel_align::cuda::emulation
