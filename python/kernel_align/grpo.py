@@ -91,39 +91,60 @@ def _step(x: torch.Tensor, v: torch.Tensor, sigma: float, sigma_prev: float,
                               noise_level=_NOISE_LEVEL)
 
 
-def _run(model, config: dict, contract: bool) -> tuple[float, float]:
-    """(largest |logp_train - logp_sample|, largest |ratio - 1|) over samples and steps."""
+def _inputs(config: dict):
+    """Every sample's prompt and negative prompt (text [2 * samples, width, 64], zero past
+    each one's length), initial latents and per-step noise: the same on every rank."""
     lens, negative_lens = config["lens"], config["negative_lens"]
     samples, width = len(lens), max(lens + negative_lens)
     g = torch.Generator().manual_seed(7)
     text = torch.randn(2 * samples, width, 64, generator=g)
-    all_lens = lens + negative_lens
-    mask = torch.arange(width)[None, :] < torch.tensor(all_lens)[:, None]
+    mask = torch.arange(width)[None, :] < torch.tensor(lens + negative_lens)[:, None]
     text = (text * mask[..., None]).to(config["dtype"])
     x = torch.randn(samples, config["tokens"], 64, generator=g)
     noises = [torch.randn(samples, config["tokens"], 64, generator=g)
               for _ in range(len(_SIGMAS) - 1)]
+    return text, x, noises
+
+
+def _velocity(model, config: dict, latents, prompts, prompt_mask, sigma):
     shapes = [[(1, config["grid"], config["grid"])]]
+    out = model(hidden_states=latents.to(config["dtype"]), encoder_hidden_states=prompts,
+                encoder_hidden_states_mask=prompt_mask,
+                timestep=torch.full((latents.shape[0],), sigma).to(config["dtype"]),
+                img_shapes=shapes * latents.shape[0]).sample
+    return out.float()
 
-    def velocity(latents, prompts, prompt_mask, sigma):
-        out = model(hidden_states=latents.to(config["dtype"]), encoder_hidden_states=prompts,
-                    encoder_hidden_states_mask=prompt_mask,
-                    timestep=torch.full((latents.shape[0],), sigma).to(config["dtype"]),
-                    img_shapes=shapes * latents.shape[0]).sample
-        return out.float()
 
-    # The sampler: one batch of the conditional and unconditional passes, padded.
+def _sample(model, config: dict, contract: bool, chosen: list[int]):
+    """The sampler over the samples `chosen`: their conditional and unconditional passes in
+    one batch, prompts padded to the longest of theirs, under inference_mode. Per step:
+    (latents, prev, logp) of those samples, in their order."""
+    text, x, noises = _inputs(config)
+    samples = len(config["lens"])
+    lens = [config["lens"][i] for i in chosen] + [config["negative_lens"][i] for i in chosen]
+    width = max(lens)
+    rows = chosen + [samples + i for i in chosen]
+    prompts = text[rows, :width]
+    mask = torch.arange(width)[None, :] < torch.tensor(lens)[:, None]
     recorded = []
     with torch.inference_mode():
-        latents = x
+        latents = x[chosen]
         for step, (sigma, sigma_prev) in enumerate(zip(_SIGMAS, _SIGMAS[1:])):
-            both = velocity(torch.cat([latents, latents]), text, mask, sigma)
-            v = _cfg(both[:samples], both[samples:], contract)
-            prev, logp = _step(latents, v, sigma, sigma_prev, noises[step], None, contract)
+            both = _velocity(model, config, torch.cat([latents, latents]), prompts, mask, sigma)
+            v = _cfg(both[:len(chosen)], both[len(chosen):], contract)
+            prev, logp = _step(latents, v, sigma, sigma_prev, noises[step][chosen], None, contract)
             recorded.append((latents, prev, logp))
             latents = prev
     # Out of inference mode: the trainer's graph may hold them.
-    recorded = [tuple(t.clone() for t in step) for step in recorded]
+    return [tuple(t.clone() for t in step) for step in recorded]
+
+
+def _run(model, config: dict, contract: bool) -> tuple[float, float]:
+    """(largest |logp_train - logp_sample|, largest |ratio - 1|) over samples and steps."""
+    lens, negative_lens = config["lens"], config["negative_lens"]
+    samples = len(lens)
+    text, _, _ = _inputs(config)
+    recorded = _sample(model, config, contract, list(range(samples)))
 
     # The trainer: each sample alone, each pass at its own prompt length, with gradients.
     worst, worst_ratio = 0.0, 0.0
@@ -132,15 +153,67 @@ def _run(model, config: dict, contract: bool) -> tuple[float, float]:
             for step, (sigma, sigma_prev) in enumerate(zip(_SIGMAS, _SIGMAS[1:])):
                 latents, prev, logp_sample = recorded[step]
                 xi = latents[i:i + 1].clone()
-                cond = velocity(xi, text[i:i + 1, :lens[i]], None, sigma)
-                uncond = velocity(xi, text[samples + i:samples + i + 1, :negative_lens[i]],
-                                  None, sigma)
+                cond = _velocity(model, config, xi, text[i:i + 1, :lens[i]], None, sigma)
+                uncond = _velocity(model, config, xi,
+                                   text[samples + i:samples + i + 1, :negative_lens[i]], None,
+                                   sigma)
                 v = _cfg(cond, uncond, contract)
                 _, logp = _step(xi, v, sigma, sigma_prev, None, prev[i:i + 1], contract)
                 difference = (logp.detach() - logp_sample[i]).abs().item()
                 worst = max(worst, difference)
                 worst_ratio = max(worst_ratio, abs(math.expm1(difference)))
     return worst, worst_ratio
+
+
+def _data_parallel_rank(rank: int, world: int, init: str, config: dict, layers: int, heads: int,
+                        out: str) -> None:
+    """One rank of the data-parallel sampler: samples rank, rank + world, ... under the
+    contract, its logps all-gathered (gloo) into rank 0's file [steps, samples]."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    from . import set_num_threads
+    from .alignment import _build_model
+
+    set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        model = _build_model(layers, heads, config["dtype"]).eval()
+        chosen = list(range(rank, len(config["lens"]), world))
+        with ka_diffusers.under_contract(model):
+            recorded = _sample(model, config, True, chosen)
+        logps = torch.stack([logp for _, _, logp in recorded])  # [steps, own samples]
+        gathered = [torch.empty_like(logps) for _ in range(world)]
+        dist.all_gather(gathered, logps)
+        if rank == 0:
+            steps = logps.shape[0]
+            merged = torch.empty(steps, len(config["lens"]))
+            for r, part in enumerate(gathered):
+                merged[:, r::world] = part
+            torch.save(merged, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def data_parallel_logps(config: dict, layers: int, heads: int, world: int) -> torch.Tensor:
+    """The sampler's logps [steps, samples] under the contract with its batch split over
+    `world` ranks (torch.distributed, gloo, processes started here): rank r samples the
+    samples r, r + world, ... in one batch of its own (its own padding), the logps
+    all-gathered in sample order. Equal, bit for bit, to one process's (data_parallel_check)."""
+    import os
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    if len(config["lens"]) % world != 0:
+        raise ValueError(f"kernel_align.grpo: argument 'world': expected a divisor of the "
+                         f"{len(config['lens'])} samples, found {world}")
+    with tempfile.TemporaryDirectory() as directory:
+        init = "file://" + os.path.join(directory, "rendezvous")
+        out = os.path.join(directory, "logps.pt")
+        mp.spawn(_data_parallel_rank, args=(world, init, config, layers, heads, out),
+                 nprocs=world, join=True)
+        return torch.load(out)
 
 
 def grpo(argv: list[str] | None = None) -> int:
@@ -153,6 +226,9 @@ def grpo(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--image", type=int, default=256, help="square image side (pixels)")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
+    parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4],
+                        help="also run the contract's sampler data-parallel on these many "
+                        "ranks (torch.distributed, gloo) against one process")
     args = parser.parse_args(argv)
     from .alignment import _build_model, _negative_len
 
@@ -169,6 +245,9 @@ def grpo(argv: list[str] | None = None) -> int:
     print(f"sampler: batch of {2 * len(lens)} (prompts of {', '.join(map(str, lens))} tokens "
           "and their negative prompts, padded with the mask), inference_mode")
     print("trainer: each sample alone, each CFG pass at its own prompt length, grad enabled")
+    if args.ranks:
+        print("sampler on N ranks: the contract's sampler with its batch split over N processes "
+              "(torch.distributed, gloo; each rank pads its own prompts), against one process")
     print(f"{'configuration':<24} {'max |logp_train - logp_sample|':>31} {'max |ratio - 1|':>16}"
           f" {'time s':>7}")
     for name, contract in (("diffusers' defaults", False), ("kernel-align contract", True)):
@@ -180,6 +259,17 @@ def grpo(argv: list[str] | None = None) -> int:
             worst, ratio = _run(model, config, False)
         print(f"{name:<24} {worst:>31.3g} {ratio:>16.3g} {time.perf_counter() - start:>7.1f}",
               flush=True)
+    if args.ranks:
+        with ka_diffusers.under_contract(model):
+            alone = torch.stack([logp for _, _, logp in
+                                 _sample(model, config, True, list(range(len(lens))))])
+        for world in args.ranks:
+            start = time.perf_counter()
+            split = data_parallel_logps(config, args.layers, args.heads, world)
+            worst = (split - alone).abs().max().item()
+            print(f"{f'sampler on {world} ranks':<24} {worst:>31.3g} "
+                  f"{abs(math.expm1(worst)):>16.3g} {time.perf_counter() - start:>7.1f}",
+                  flush=True)
     return 0
 
 

@@ -24,8 +24,24 @@ def test_ratio_is_exactly_one_under_the_contract():
             assert grpo_module._run(model, _config(dtype), True) == (0.0, 0.0)
 
 
-def test_the_command_prints_both_configurations(capsys):
-    assert alignment.main(["grpo", "--layers", "1", "--heads", "1", "--image", "64"]) == 0
+def test_the_sampler_split_over_ranks_gives_one_process_logps():
+    # torch.distributed (gloo), 2 and 4 processes, each sampling its share of the batch with
+    # its own padding: every sample's logp per step the bits of the one-process sampler.
+    config = _config(torch.bfloat16)
+    model = alignment._build_model(1, 1, torch.bfloat16).eval()
+    with under_contract(model):
+        alone = torch.stack([logp for _, _, logp in
+                             grpo_module._sample(model, config, True, [0, 1, 2, 3])])
+    for world in (2, 4):
+        split = grpo_module.data_parallel_logps(config, 1, 1, world)
+        assert split.shape == alone.shape
+        assert torch.equal(split, alone), world
+
+
+def test_the_command_prints_every_configuration(capsys):
+    assert alignment.main(["grpo", "--layers", "1", "--heads", "1", "--image", "64",
+                           "--ranks", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2].startswith("diffusers' defaults")
-    assert lines[-1].split()[:4] == ["kernel-align", "contract", "0", "0"]
+    assert lines[-3].startswith("diffusers' defaults")
+    assert lines[-2].split()[:4] == ["kernel-align", "contract", "0", "0"]
+    assert lines[-1].split()[:6] == ["sampler", "on", "2", "ranks", "0", "0"]
