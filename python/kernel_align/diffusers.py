@@ -30,7 +30,7 @@ import torch
 from diffusers.models.normalization import RMSNorm
 from diffusers.models.transformers.transformer_qwenimage import QwenDoubleStreamAttnProcessor2_0
 
-from . import functional
+from . import functional, sequence_parallel
 from .batch_invariant import batch_invariant
 from .positions import timestep_embedding
 
@@ -168,8 +168,8 @@ class KernelAlignQwenImageAttnProcessor(QwenDoubleStreamAttnProcessor2_0):
         # Under the contract: a sample's bytes do not depend on the padding of the
         # others' prompts (padded tokens' rows are +0 where SDPA attends them to the valid
         # keys; no valid token reads them).
-        joint_hidden_states = functional.attention(joint_query, joint_key, joint_value,
-                                                   joint_mask, layout="bshd")
+        joint_hidden_states = sequence_parallel.joint_attention(joint_query, joint_key,
+                                                                joint_value, joint_mask)
 
         joint_hidden_states = joint_hidden_states.flatten(2, 3)
         joint_hidden_states = joint_hidden_states.to(joint_query.dtype)

@@ -165,53 +165,67 @@ def _run(model, config: dict, contract: bool) -> tuple[float, float]:
     return worst, worst_ratio
 
 
-def _data_parallel_rank(rank: int, world: int, init: str, config: dict, layers: int, heads: int,
-                        out: str) -> None:
-    """One rank of the data-parallel sampler: samples rank, rank + world, ... under the
-    contract, its logps all-gathered (gloo) into rank 0's file [steps, samples]."""
+def _sampler_rank(rank: int, world: int, init: str, config: dict, layers: int, heads: int,
+                  split: str, out: str) -> None:
+    """One rank of a sampler under the contract across ranks (torch.distributed, gloo), its
+    logps [steps, samples] into rank 0's file. "data": the rank samples samples rank,
+    rank + world, ... in a batch of its own, the logps all-gathered; "sequence": every rank
+    samples the whole batch, its joint attention Ulysses' over the ranks
+    (kernel_align.sequence_parallel)."""
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
     from . import set_num_threads
     from .alignment import _build_model
+    from .sequence_parallel import sequence_parallel
 
+    torch.set_num_threads(1)
     set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
         model = _build_model(layers, heads, config["dtype"]).eval()
-        chosen = list(range(rank, len(config["lens"]), world))
+        samples = len(config["lens"])
         with ka_diffusers.under_contract(model):
-            recorded = _sample(model, config, True, chosen)
-        logps = torch.stack([logp for _, _, logp in recorded])  # [steps, own samples]
-        gathered = [torch.empty_like(logps) for _ in range(world)]
-        dist.all_gather(gathered, logps)
-        if rank == 0:
-            steps = logps.shape[0]
-            merged = torch.empty(steps, len(config["lens"]))
+            if split == "data":
+                recorded = _sample(model, config, True, list(range(rank, samples, world)))
+            else:
+                with sequence_parallel():
+                    recorded = _sample(model, config, True, list(range(samples)))
+        logps = torch.stack([logp for _, _, logp in recorded])  # [steps, this rank's samples]
+        if split == "data":
+            gathered = [torch.empty_like(logps) for _ in range(world)]
+            dist.all_gather(gathered, logps)
+            merged = torch.empty(logps.shape[0], samples)
             for r, part in enumerate(gathered):
                 merged[:, r::world] = part
-            torch.save(merged, out)
+            logps = merged
+        if rank == 0:
+            torch.save(logps, out)
     finally:
         dist.destroy_process_group()
 
 
-def data_parallel_logps(config: dict, layers: int, heads: int, world: int) -> torch.Tensor:
-    """The sampler's logps [steps, samples] under the contract with its batch split over
-    `world` ranks (torch.distributed, gloo, processes started here): rank r samples the
-    samples r, r + world, ... in one batch of its own (its own padding), the logps
-    all-gathered in sample order. Equal, bit for bit, to one process's (data_parallel_check)."""
+def logps_across_ranks(config: dict, layers: int, heads: int, world: int,
+                       split: str = "data") -> torch.Tensor:
+    """The contract's sampler's logps [steps, samples] on `world` ranks (torch.distributed,
+    gloo, processes started here): split "data", the batch split over the ranks (each rank
+    padding its own prompts); "sequence", the joint attention's tokens split over them
+    (Ulysses' all-to-all of heads and tokens; heads a multiple of `world`). Equal, bit for
+    bit, to one process's."""
     import os
     import tempfile
 
     import torch.multiprocessing as mp
 
-    if len(config["lens"]) % world != 0:
+    if split == "data" and len(config["lens"]) % world != 0:
         raise ValueError(f"kernel_align.grpo: argument 'world': expected a divisor of the "
                          f"{len(config['lens'])} samples, found {world}")
+    if split == "sequence" and heads % world != 0:
+        raise ValueError(f"kernel_align.grpo: argument 'world': expected a divisor of the "
+                         f"{heads} heads, found {world}")
     with tempfile.TemporaryDirectory() as directory:
         init = "file://" + os.path.join(directory, "rendezvous")
         out = os.path.join(directory, "logps.pt")
-        mp.spawn(_data_parallel_rank, args=(world, init, config, layers, heads, out),
+        mp.spawn(_sampler_rank, args=(world, init, config, layers, heads, split, out),
                  nprocs=world, join=True)
         return torch.load(out)
 
@@ -246,8 +260,10 @@ def grpo(argv: list[str] | None = None) -> int:
           "and their negative prompts, padded with the mask), inference_mode")
     print("trainer: each sample alone, each CFG pass at its own prompt length, grad enabled")
     if args.ranks:
-        print("sampler on N ranks: the contract's sampler with its batch split over N processes "
-              "(torch.distributed, gloo; each rank pads its own prompts), against one process")
+        print("data split, N ranks: the contract's sampler with its batch split over N "
+              "processes (torch.distributed, gloo; each rank pads its own prompts); sequence "
+              "split: its joint attention's tokens split over them (Ulysses' all-to-all); the "
+              "sampler's logps against one process's")
     print(f"{'configuration':<24} {'max |logp_train - logp_sample|':>31} {'max |ratio - 1|':>16}"
           f" {'time s':>7}")
     for name, contract in (("diffusers' defaults", False), ("kernel-align contract", True)):
@@ -263,11 +279,12 @@ def grpo(argv: list[str] | None = None) -> int:
         with ka_diffusers.under_contract(model):
             alone = torch.stack([logp for _, _, logp in
                                  _sample(model, config, True, list(range(len(lens))))])
-        for world in args.ranks:
+        for split, world in [("data", w) for w in args.ranks] + [
+                ("sequence", w) for w in args.ranks if args.heads % w == 0]:
             start = time.perf_counter()
-            split = data_parallel_logps(config, args.layers, args.heads, world)
-            worst = (split - alone).abs().max().item()
-            print(f"{f'sampler on {world} ranks':<24} {worst:>31.3g} "
+            logps = logps_across_ranks(config, args.layers, args.heads, world, split)
+            worst = (logps - alone).abs().max().item()
+            print(f"{f'{split} split, {world} ranks':<24} {worst:>31.3g} "
                   f"{abs(math.expm1(worst)):>16.3g} {time.perf_counter() - start:>7.1f}",
                   flush=True)
     return 0

@@ -27,10 +27,10 @@ __all__ = ["shards_reproduce", "row_parallel_linear", "column_parallel_linear"]
 
 
 def shards_reproduce(k: int, parts: int) -> bool:
-    """Whether ``parts`` equal shards of a K-long reduction, each summed by the contract's
-    tree and combined in its order, give the unsharded sum bit for bit: ``parts`` a power
-    of two dividing the tree's group count, and K/parts a multiple of its 32-long leaf
-    (docs/contract.md section 10)."""
+    """Whether ``parts`` equal shards of a reduction of length ``k``, each summed by the
+    contract's tree and combined in its order, give the unsharded sum bit for bit: ``parts``
+    a power of two dividing the tree's group count, and k/parts a multiple of its 32-long
+    leaf (docs/contract.md section 10)."""
     return bool(ops.linear_shards_reproduce(int(k), int(parts)))
 
 
@@ -63,8 +63,9 @@ def column_parallel_linear(x: torch.Tensor, weight_shard: torch.Tensor,
                            activation: str | None = None, group=None,
                            gather: bool = True) -> torch.Tensor:
     """This rank's N columns of ``linear(x, weight, bias, activation=...)`` (``weight_shard``
-    ``[N/P, K]``, ``bias_shard`` ``[N/P]``, shard ``rank``), or with ``gather`` every
-    rank's, concatenated in rank order: the unsharded output's bytes."""
+    ``[N/P, K]``, ``bias_shard`` ``[N/P]``, shard ``rank`` of ``group``, a torch.distributed
+    process group, None: the default one), or with ``gather`` every rank's, concatenated in
+    rank order: the unsharded output's bytes."""
     y = linear(x, weight_shard, bias_shard, activation=activation)
     if not gather:
         return y

@@ -32,6 +32,8 @@ PYTHON_MODULES = (
     "kernel_align.runtime",
     "kernel_align.diffusers",
     "kernel_align.alignment",
+    "kernel_align.sequence_parallel",
+    "kernel_align.tensor_parallel",
 )
 
 

@@ -25,17 +25,19 @@ def test_ratio_is_exactly_one_under_the_contract():
 
 
 def test_the_sampler_split_over_ranks_gives_one_process_logps():
-    # torch.distributed (gloo), 2 and 4 processes, each sampling its share of the batch with
-    # its own padding: every sample's logp per step the bits of the one-process sampler.
+    # torch.distributed (gloo), 2 and 4 processes: the batch split (each rank sampling its
+    # share with its own padding), and the joint attention's tokens split (Ulysses' all-to-all
+    # of heads and tokens, 2 heads over 2 ranks): every sample's logp per step the bits of
+    # the one-process sampler.
     config = _config(torch.bfloat16)
-    model = alignment._build_model(1, 1, torch.bfloat16).eval()
+    model = alignment._build_model(1, 2, torch.bfloat16).eval()
     with under_contract(model):
         alone = torch.stack([logp for _, _, logp in
                              grpo_module._sample(model, config, True, [0, 1, 2, 3])])
-    for world in (2, 4):
-        split = grpo_module.data_parallel_logps(config, 1, 1, world)
-        assert split.shape == alone.shape
-        assert torch.equal(split, alone), world
+    for split, world in (("data", 2), ("data", 4), ("sequence", 2)):
+        logps = grpo_module.logps_across_ranks(config, 1, 2, world, split)
+        assert logps.shape == alone.shape
+        assert torch.equal(logps, alone), (split, world)
 
 
 def test_the_command_prints_every_configuration(capsys):
@@ -44,4 +46,4 @@ def test_the_command_prints_every_configuration(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[-3].startswith("diffusers' defaults")
     assert lines[-2].split()[:4] == ["kernel-align", "contract", "0", "0"]
-    assert lines[-1].split()[:6] == ["sampler", "on", "2", "ranks", "0", "0"]
+    assert lines[-1].split()[:6] == ["data", "split,", "2", "ranks", "0", "0"]
