@@ -165,13 +165,38 @@ def _run(model, config: dict, contract: bool) -> tuple[float, float]:
     return worst, worst_ratio
 
 
+def _row_parallel(model, world: int, rank: int) -> int:
+    """Every nn.Linear of `model` whose K the contract's tree splits `world` ways runs
+    row-parallel (kernel_align.tensor_parallel.row_parallel_linear: this rank's K/world
+    columns, the partials combined in the tree's order); the count of those."""
+    from .tensor_parallel import row_parallel_linear, shards_reproduce
+
+    count = 0
+    for module in model.modules():
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        k = module.in_features
+        if not shards_reproduce(k, world):
+            continue
+        share = slice(rank * k // world, (rank + 1) * k // world)
+
+        def forward(x, module=module, share=share):
+            return row_parallel_linear(x[..., share], module.weight[:, share], module.bias)
+
+        module.forward = forward
+        count += 1
+    return count
+
+
 def _sampler_rank(rank: int, world: int, init: str, config: dict, layers: int, heads: int,
                   split: str, out: str) -> None:
     """One rank of a sampler under the contract across ranks (torch.distributed, gloo), its
     logps [steps, samples] into rank 0's file. "data": the rank samples samples rank,
     rank + world, ... in a batch of its own, the logps all-gathered; "sequence": every rank
     samples the whole batch, its joint attention Ulysses' over the ranks
-    (kernel_align.sequence_parallel)."""
+    (kernel_align.sequence_parallel); "tensor": every rank samples the whole batch, each
+    Linear whose K the contract's tree splits row-parallel over the ranks
+    (kernel_align.tensor_parallel)."""
     import torch.distributed as dist
 
     from . import set_num_threads
@@ -187,9 +212,14 @@ def _sampler_rank(rank: int, world: int, init: str, config: dict, layers: int, h
         with ka_diffusers.under_contract(model):
             if split == "data":
                 recorded = _sample(model, config, True, list(range(rank, samples, world)))
-            else:
+            elif split == "sequence":
                 with sequence_parallel():
                     recorded = _sample(model, config, True, list(range(samples)))
+            else:
+                if _row_parallel(model, world, rank) == 0:
+                    raise ValueError(f"kernel_align.grpo: no Linear of the model splits "
+                                     f"{world} ways")
+                recorded = _sample(model, config, True, list(range(samples)))
         logps = torch.stack([logp for _, _, logp in recorded])  # [steps, this rank's samples]
         if split == "data":
             gathered = [torch.empty_like(logps) for _ in range(world)]
@@ -209,8 +239,9 @@ def logps_across_ranks(config: dict, layers: int, heads: int, world: int,
     """The contract's sampler's logps [steps, samples] on `world` ranks (torch.distributed,
     gloo, processes started here): split "data", the batch split over the ranks (each rank
     padding its own prompts); "sequence", the joint attention's tokens split over them
-    (Ulysses' all-to-all of heads and tokens; heads a multiple of `world`). Equal, bit for
-    bit, to one process's."""
+    (Ulysses' all-to-all of heads and tokens; heads a multiple of `world`); "tensor", the
+    Linears' K split over them where the tree reproduces the split (row-parallel, the
+    partials combined in the tree's order). Equal, bit for bit, to one process's."""
     import os
     import tempfile
 
@@ -262,8 +293,9 @@ def grpo(argv: list[str] | None = None) -> int:
     if args.ranks:
         print("data split, N ranks: the contract's sampler with its batch split over N "
               "processes (torch.distributed, gloo; each rank pads its own prompts); sequence "
-              "split: its joint attention's tokens split over them (Ulysses' all-to-all); the "
-              "sampler's logps against one process's")
+              "split: its joint attention's tokens split over them (Ulysses' all-to-all); "
+              "tensor split: its Linears' K split over them (row-parallel, where the tree "
+              "reproduces the split); the sampler's logps against one process's")
     print(f"{'configuration':<24} {'max |logp_train - logp_sample|':>31} {'max |ratio - 1|':>16}"
           f" {'time s':>7}")
     for name, contract in (("diffusers' defaults", False), ("kernel-align contract", True)):
@@ -280,7 +312,8 @@ def grpo(argv: list[str] | None = None) -> int:
             alone = torch.stack([logp for _, _, logp in
                                  _sample(model, config, True, list(range(len(lens))))])
         for split, world in [("data", w) for w in args.ranks] + [
-                ("sequence", w) for w in args.ranks if args.heads % w == 0]:
+                ("sequence", w) for w in args.ranks if args.heads % w == 0] + [
+                ("tensor", w) for w in args.ranks]:
             start = time.perf_counter()
             logps = logps_across_ranks(config, args.layers, args.heads, world, split)
             worst = (logps - alone).abs().max().item()
