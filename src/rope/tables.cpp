@@ -453,6 +453,9 @@ FlowSdeCoefficients flow_sde_coefficients(float sigma, float sigma_prev, float n
   mpfr_div_2ui(result.get(), result.get(), 1, MPFR_RNDN);
   mpfr_neg(result.get(), result.get(), MPFR_RNDN);
   c.log_normalizer = rounded_to_fp32(result);
+  // pi and log 2 are cached per thread by MPFR, and a thread of a pool that ends (verify's
+  // workers) would leak them: freed here, at the cost of recomputing them next call.
+  mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
   return c;
 }
 

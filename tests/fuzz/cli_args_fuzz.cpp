@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli_args.hpp"
@@ -17,10 +18,13 @@ using namespace kernel_align::cli;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  static const std::vector<Command> commands{backends_command(),         positions_command(),
-                                             tables_command(),           rmsnorm_forward_command(),
-                                             rmsnorm_backward_command(), rope_forward_command(),
-                                             rope_backward_command()};
+  // backends, positions, tables, then every op's apply commands (their flags derived from
+  // the op's descriptor).
+  static const std::vector<Command> commands = [] {
+    std::vector<Command> all{backends_command(), positions_command(), tables_command()};
+    for (Command& c : apply_commands()) all.push_back(std::move(c));
+    return all;
+  }();
   const Command& command = commands[data[0] % commands.size()];
   std::vector<std::string> tokens(1);
   for (std::size_t i = 1; i < size; ++i) {

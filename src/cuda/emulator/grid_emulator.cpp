@@ -329,7 +329,9 @@ LaunchStats run_grid(Dim3 grid, Dim3 block, std::size_t shared_bytes,
         run.grid = grid;
         // Uninitialised shared memory: NaNs.
         std::memset(shared.data(), 0xFF, shared.size());
-        std::memset(dynamic_shared.data(), 0xFF, dynamic_shared.size() * sizeof(float));
+        if (!dynamic_shared.empty()) {  // (an empty vector's data() may be null)
+          std::memset(dynamic_shared.data(), 0xFF, dynamic_shared.size() * sizeof(float));
+        }
         run.shared = shared.data();
         run.dynamic_shared = dynamic_shared_bytes == 0
                                  ? nullptr
