@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 import kernel_align
 from bench_output import write_outputs
+from timing import interleaved_minima
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -47,15 +47,6 @@ OPS = {
     "adaln": (kernel_align.adaln_modulation, adaln_formula, (True, True), (2, 3)),
     "gate": (kernel_align.adaln_gate_residual, gate_formula, (True, False), (3, 3)),
 }
-
-
-def best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def measure(op: str, tokens: int, dim: int, dtype, threads: int, repeats: int, backward: bool,
@@ -91,13 +82,7 @@ def measure(op: str, tokens: int, dim: int, dtype, threads: int, repeats: int, b
     timed = [("ours", ours), ("copy", copy), ("eager", eager), ("compiled", comp)]
     if not backward:
         timed.append(("ours_out", lambda: ours_fn(*inputs, out=out_buffer)))
-    for _, fn in timed:
-        fn()  # warm-up (and compile)
-    t = {name: [] for name, _ in timed}
-    for _ in range(repeats):
-        for name, fn in timed:
-            t[name].append(best(fn, 1))
-    row = {name: min(v) for name, v in t.items()}
+    row = interleaved_minima(timed, repeats)
     row.update(op=op, tokens=tokens, dim=dim, dtype=[n for n, v in DTYPES.items() if v == dtype][0],
                threads=threads, direction="backward" if backward else "forward",
                copy_over_ours=row["copy"] / row["ours"],

@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 
 import torch
 
 import kernel_align
 from bench_output import write_outputs
+from timing import interleaved_minima
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 SIGMA, SIGMA_PREV, SIGMA_MAX, LEVEL = 0.8, 0.6, 0.9, 0.7
@@ -67,15 +67,6 @@ PARTS = {"step": (ours_step, step_formula, 4), "logp": (ours_logp, logp_formula,
          "backward": (ours_logp, logp_formula, 4)}
 
 
-def best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def measure(part: str, batch: int, tokens: int, dtype, threads: int, repeats: int,
             compiled) -> dict:
     ours_fn, formula, traffic = PARTS[part]
@@ -99,13 +90,7 @@ def measure(part: str, batch: int, tokens: int, dtype, threads: int, repeats: in
 
     timed = [("ours", run(ours_fn)), ("copy", lambda: copy_dst.copy_(copy_src)),
              ("eager", run(formula)), ("compiled", run(compiled[part]))]
-    for _, fn in timed:
-        fn()  # warm-up (and compile)
-    t = {name: [] for name, _ in timed}
-    for _ in range(repeats):
-        for name, fn in timed:
-            t[name].append(best(fn, 1))
-    row = {name: min(v) for name, v in t.items()}
+    row = interleaved_minima(timed, repeats)
     row.update(part=part, batch=batch, tokens=tokens,
                dtype=[n for n, d in DTYPES.items() if d == dtype][0], threads=threads,
                copy_over_ours=row["copy"] / row["ours"],
