@@ -49,9 +49,13 @@ OPS = {
 }
 
 
-def measure(op: str, tokens: int, dim: int, dtype, threads: int, repeats: int, backward: bool,
-            compiled) -> dict:
+def measure(op: str, tokens: int, dim: int, dtype, threads: int, repeats: int,
+            backward: bool) -> dict:
     ours_fn, formula, modulations, traffic = OPS[op]
+    # A fresh compilation for each row: one compiled function called at many shapes stops
+    # recompiling at dynamo's cache limit and runs eager from then on.
+    torch._dynamo.reset()
+    compiled = torch.compile(formula, dynamic=False)
     torch.set_num_threads(threads)
     kernel_align.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
@@ -73,7 +77,7 @@ def measure(op: str, tokens: int, dim: int, dtype, threads: int, repeats: int, b
         out = fn(*inputs)
         return lambda: torch.autograd.grad(out, inputs, dy, retain_graph=True)
 
-    ours, eager, comp = (run(ours_fn), run(formula), run(compiled[op]))
+    ours, eager, comp = (run(ours_fn), run(formula), run(compiled))
     out_buffer = torch.empty_like(x)
 
     def copy():
@@ -107,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.tokens, args.repeats = [512], 1
-    compiled = {op: torch.compile(spec[1]) for op, spec in OPS.items()}
     rows = []
     print(f"{'op':>5} {'tokens':>6} {'dtype':>5} {'thr':>3} {'dir':>8} {'ours ms':>8} "
           f"{'copy ms':>8} {'eager ms':>8} {'compiled ms':>11} {'copy/ours':>9} "
@@ -116,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     for op, tokens, dtype_name, threads, backward in (
             (o, t, d, n, b) for o in args.ops for t in args.tokens for d in args.dtypes
             for n in args.threads for b in directions):
-        r = measure(op, tokens, args.dim, DTYPES[dtype_name], threads, args.repeats, backward,
-                    compiled)
+        r = measure(op, tokens, args.dim, DTYPES[dtype_name], threads, args.repeats, backward)
         rows.append(r)
         print(f"{op:>5} {tokens:>6} {dtype_name:>5} {threads:>3} {r['direction']:>8} "
               f"{r['ours'] * 1e3:>8.2f} {r['copy'] * 1e3:>8.2f} "

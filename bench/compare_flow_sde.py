@@ -67,9 +67,12 @@ PARTS = {"step": (ours_step, step_formula, 4), "logp": (ours_logp, logp_formula,
          "backward": (ours_logp, logp_formula, 4)}
 
 
-def measure(part: str, batch: int, tokens: int, dtype, threads: int, repeats: int,
-            compiled) -> dict:
+def measure(part: str, batch: int, tokens: int, dtype, threads: int, repeats: int) -> dict:
     ours_fn, formula, traffic = PARTS[part]
+    # A fresh compilation for each row: one compiled function called at many shapes stops
+    # recompiling at dynamo's cache limit and runs eager from then on.
+    torch._dynamo.reset()
+    compiled = torch.compile(formula, dynamic=False)
     torch.set_num_threads(threads)
     kernel_align.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
@@ -89,7 +92,7 @@ def measure(part: str, batch: int, tokens: int, dtype, threads: int, repeats: in
         return lambda: torch.autograd.grad(out, v, dlogp, retain_graph=True)
 
     timed = [("ours", run(ours_fn)), ("copy", lambda: copy_dst.copy_(copy_src)),
-             ("eager", run(formula)), ("compiled", run(compiled[part]))]
+             ("eager", run(formula)), ("compiled", run(compiled))]
     row = interleaved_minima(timed, repeats)
     row.update(part=part, batch=batch, tokens=tokens,
                dtype=[n for n, d in DTYPES.items() if d == dtype][0], threads=threads,
@@ -112,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.tokens, args.repeats = [512], 1
-    compiled = {part: torch.compile(spec[1]) for part, spec in PARTS.items()}
     rows = []
     print(f"{'part':>8} {'B':>2} {'tokens':>6} {'dtype':>5} {'thr':>3} {'ours ms':>8} "
           f"{'copy ms':>8} {'eager ms':>8} {'compiled ms':>11} {'copy/ours':>9} "
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     for part, batch, tokens, dtype_name, threads in (
             (p, b, t, d, n) for p in args.parts for b in args.batch for t in args.tokens
             for d in args.dtypes for n in args.threads):
-        r = measure(part, batch, tokens, DTYPES[dtype_name], threads, args.repeats, compiled)
+        r = measure(part, batch, tokens, DTYPES[dtype_name], threads, args.repeats)
         rows.append(r)
         print(f"{part:>8} {batch:>2} {tokens:>6} {dtype_name:>5} {threads:>3} "
               f"{r['ours'] * 1e3:>8.2f} {r['copy'] * 1e3:>8.2f} {r['eager'] * 1e3:>8.2f} "
