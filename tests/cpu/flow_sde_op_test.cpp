@@ -115,9 +115,11 @@ Inputs random_inputs(DType t, const std::vector<std::int64_t>& shape, std::uint6
 TEST(FlowSdeOp, EveryBackendPathAndThreadCountComputesTheContract) {
   const test::RuntimeGuard guard;
   // Samples of fewer elements than a leaf, of leaves crossing rows, of several chunks
-  // (128 leaves) with a partial last leaf; ranks 2 to 4.
-  const std::vector<std::vector<std::int64_t>> shapes = {
-      {3, 17}, {2, 5, 64}, {2, 300, 64}, {1, 3, 7, 45}, {4, 9000}};
+  // (128 leaves) with a partial last leaf; ranks 2 to 4; one sample whose tree splits in
+  // parts over 2 threads (4096 elements: 128 leaves, every power of two up to 64 parts)
+  // and one whose tree does not (945).
+  const std::vector<std::vector<std::int64_t>> shapes = {{3, 17},       {2, 5, 64}, {2, 300, 64},
+                                                         {1, 3, 7, 45}, {4, 9000},  {1, 64, 64}};
   for (const auto& shape : shapes) {
     for (const DType dtype : kDTypes) {
       SCOPED_TRACE(std::to_string(shape.size()) + "-D " + std::to_string(shape.back()) + " " +

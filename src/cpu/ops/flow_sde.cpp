@@ -1,9 +1,10 @@
 // Flow-GRPO's SDE step and its log-probability on the CPU: rows through the selected GEMM
 // path's vector kernels (cpu/gemm/flow_sde_simd.hpp); the elementwise passes split over
-// the pool by rows, the log-probability's by samples (each sample's tree summed whole by
-// one thread: its distances streamed through a chunk buffer, whole leaves summed a leaf
-// per lane, the leaves pushed into linear's tree in order). A row with a non-unit stride
-// goes element by element through the same kernels.
+// the pool by rows, the log-probability's by samples (each sample's tree summed by one
+// thread: its distances streamed through a chunk buffer, whole leaves summed a leaf per
+// lane, the leaves pushed into linear's tree in order; where the samples are fewer than the
+// threads, each in parts that are subtrees of its tree, combined in the tree's order). A row
+// with a non-unit stride goes element by element through the same kernels.
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -150,16 +151,15 @@ void step_backward(const detail::FlowSdeStepBackwardProblem& p, registry::Execut
 // Distances buffered before their leaves are summed: 128 leaves (16 KiB, in L1).
 constexpr std::int64_t kChunkLeaves = 128;
 
-// S of sample b: its distances in row-major order, a chunk at a time.
-float sample_sum_of_squares(const FlowSdeKernels& kernels, const RowSources& s,
-                            const FlowSdeRow& constants, std::int64_t b, std::int64_t rows,
-                            std::int64_t d) {
+// The linear tree's sum of the squares of n distances, which for_segments(visit) hands
+// over as row segments in order (visit(segment) for each), a chunk at a time.
+template <class Segments>
+float sum_of_squares(const FlowSdeKernels& kernels, std::int64_t n, const Segments& for_segments) {
   constexpr std::int64_t kLeaf = contract::kLinearLeaf;
   constexpr std::int64_t kChunk = kChunkLeaves * kLeaf;
   thread_local std::vector<float> chunk, sums;
   chunk.resize(static_cast<std::size_t>(kChunk));
   sums.resize(static_cast<std::size_t>(kChunkLeaves));
-  const std::int64_t n = rows * d;
   contract::LinearTreeAccumulator<float, contract::LinearAddFloats> tree(
       n, contract::LinearAddFloats{});
   std::int64_t filled = 0;
@@ -173,7 +173,7 @@ float sample_sum_of_squares(const FlowSdeKernels& kernels, const RowSources& s,
                  static_cast<std::size_t>(rest) * sizeof(float));
     filled = rest;
   };
-  s.for_rows(constants, b * rows, (b + 1) * rows, d, [&](const FlowSdeRow& row) {
+  for_segments([&](const FlowSdeRow& row) {
     for (std::int64_t i = 0; i < row.count;) {
       const std::int64_t count = std::min(row.count - i, kChunk - filled);
       FlowSdeRow part = row;
@@ -202,22 +202,55 @@ float sample_sum_of_squares(const FlowSdeKernels& kernels, const RowSources& s,
   return tree.result(0.0f);
 }
 
+// Parts a sample is summed in: 1, or where the samples are fewer than the threads and the
+// tensors dense, the most parts (a power of two up to the thread count) that the tree
+// reproduces (contract::linear_shards_reproduce: each part a subtree, the parts combined
+// in the tree's order by linear_combine_shards), so that one sample uses every thread.
+std::int64_t parts_of_a_sample(std::int64_t samples, std::int64_t n, const RowSources& s) {
+  std::int64_t parts = 1;
+  if (!s.dense()) return parts;
+  while (samples * parts * 2 <= num_threads() && parts * 2 <= contract::kLinearMaxShards &&
+         contract::linear_shards_reproduce(n, parts * 2)) {
+    parts *= 2;
+  }
+  return parts;
+}
+
 void logp_forward(const detail::FlowSdeLogpProblem& p, registry::Execution& exec) {
   const FlowSdeKernels& kernels = path_kernels(exec);
   const RowSources s{RowSource(p.x), RowSource(p.v), RowSource(p.prev), {}, {}};
   const FlowSdeRow constants = constants_of(p.constants);
-  const std::int64_t rows = rows_per_sample(p.x), d = p.x.shape[p.x.rank - 1];
-  const int sample_length =
-      static_cast<int>(std::min<std::int64_t>(rows * d, INT_MAX));  // sizes the thread count
-  for_rows(p.x.shape[0], sample_length, exec, [&](RowRange range) {
-    for (std::int64_t b = range.begin; b < range.end; ++b) {
-      const float squares = sample_sum_of_squares(kernels, s, constants, b, rows, d);
-      contract::store_output(
-          DType::F32, p.logp.data, b * p.logp.strides[0],
-          contract::flow_sde_logp(squares, static_cast<float>(rows * d),
-                                  p.constants.inverse_two_variance, p.constants.log_normalizer));
-    }
-  });
+  const std::int64_t samples = p.x.shape[0];
+  const std::int64_t rows = rows_per_sample(p.x), d = p.x.shape[p.x.rank - 1], n = rows * d;
+  const std::int64_t parts = parts_of_a_sample(samples, n, s);
+  const std::int64_t m = n / parts;  // a part's elements
+  thread_local std::vector<float> partials;
+  partials.assign(static_cast<std::size_t>(samples * parts), 0.0f);
+  float* const partial = partials.data();
+  // A task per (sample, part), in ranges over the threads.
+  for_rows(samples * parts, static_cast<int>(std::min<std::int64_t>(m, INT_MAX)), exec,
+           [&](RowRange range) {
+             for (std::int64_t t = range.begin; t < range.end; ++t) {
+               const std::int64_t b = t / parts, part = t % parts;
+               partial[t] = parts == 1 ? sum_of_squares(kernels, n,
+                                                        [&](const auto& visit) {
+                                                          s.for_rows(constants, b * rows,
+                                                                     (b + 1) * rows, d, visit);
+                                                        })
+                                       : sum_of_squares(kernels, m, [&](const auto& visit) {
+                                           visit(s.row(constants, b * rows, part * m, m));
+                                         });
+             }
+           });
+  for (std::int64_t b = 0; b < samples; ++b) {
+    const float squares =
+        parts == 1 ? partial[b]
+                   : contract::linear_combine_shards(partial + b * parts, static_cast<int>(parts));
+    contract::store_output(
+        DType::F32, p.logp.data, b * p.logp.strides[0],
+        contract::flow_sde_logp(squares, static_cast<float>(n), p.constants.inverse_two_variance,
+                                p.constants.log_normalizer));
+  }
 }
 
 void logp_backward(const detail::FlowSdeLogpBackwardProblem& p, registry::Execution& exec) {
