@@ -249,24 +249,19 @@ void run_apply(const ApplyPlan& plan, const Args& args) {
                   like_flag + " as well (" + t.name + " has the shape of " + t.like + ")",
                   "no " + like_flag);
     }
-    DType dtype = float_dtype(*like, plan.flag(plan.tensor(t.like)));
+    std::int64_t rows = 0;
+    if (t.rows_of != nullptr) {
+      const NpyArray& of = *arrays[static_cast<std::size_t>(signature.index(t.rows_of))];
+      rows = of.shape.empty() ? 0 : of.shape.front();
+    }
+    OutputLayout layout =
+        output_layout(t, like->shape, float_dtype(*like, plan.flag(plan.tensor(t.like))), rows);
     if (t.dtype_free) {
       if (const auto text = args.optional(plan.flag(t) + "-dtype")) {
-        dtype = parse_dtype(plan.flag(t) + "-dtype", *text);
+        layout.dtype = parse_dtype(plan.flag(t) + "-dtype", *text);
       }
     }
-    if (t.per_sample) dtype = DType::F32;
-    NpyArray out = float_array_like(*like, dtype);
-    if (t.per_sample) {
-      out.shape = {out.shape.front()};
-      out.data.resize(static_cast<std::size_t>(out.numel()) * npy_type_size(out.type));
-    }
-    if (t.rows_of != nullptr) {
-      const NpyArray& rows = *arrays[static_cast<std::size_t>(signature.index(t.rows_of))];
-      out.shape.back() = rows.shape.empty() ? 0 : rows.shape.front();
-      out.data.resize(static_cast<std::size_t>(out.numel()) * npy_type_size(out.type));
-    }
-    arrays[i] = std::move(out);
+    arrays[i] = make_npy_array(npy_type_of(layout.dtype), std::move(layout.shape));
     call.set_output(t.name, mutable_view(*arrays[i]));
   }
   call_library(names, [&] { op_call(plan.op).call(call); });

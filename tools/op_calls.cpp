@@ -73,6 +73,14 @@ int OpCallArgs::choice_index(const detail::OptionValue& v) const {
   return static_cast<int>(it - names.begin());
 }
 
+OutputLayout output_layout(const detail::TensorSpec& t, std::vector<std::int64_t> like_shape,
+                           DType like_dtype, std::int64_t rows_of_rows) {
+  OutputLayout out{std::move(like_shape), like_dtype};
+  if (t.rows_of != nullptr) out.shape.back() = rows_of_rows;
+  if (t.per_sample) out = {{out.shape.front()}, DType::F32};
+  return out;
+}
+
 const OpCall& op_call(OpType op) {
 #define KERNEL_ALIGN_CALL_ROW(Enumerator, name) name##_call(),
   static const std::array<OpCall, kOpCount> calls{KERNEL_ALIGN_OPS(KERNEL_ALIGN_CALL_ROW)};

@@ -6,6 +6,7 @@
 // is a link error).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -67,6 +68,17 @@ class OpCallArgs {
   std::vector<std::optional<TensorView>> outputs_;
   std::vector<detail::OptionValue> options_;
 };
+
+// The shape and dtype of an output of a signature, by its shape rule: those of the input
+// it is like (`like_shape`, `like_dtype`), its last dim `rows_of_rows` (dim 0 of its rows_of
+// input, read only where it has one), or one fp32 per sample. `apply` and verify allocate
+// every output by it.
+struct OutputLayout {
+  std::vector<std::int64_t> shape;
+  DType dtype = DType::F32;
+};
+OutputLayout output_layout(const detail::TensorSpec& t, std::vector<std::int64_t> like_shape,
+                           DType like_dtype, std::int64_t rows_of_rows);
 
 // An op's call and the sentences the CLI's help says of each direction.
 struct OpCall {

@@ -81,19 +81,15 @@ void compute(const Case& c, bool whole_batch, Outputs& outputs) {
     if (t.role != detail::TensorRole::Output) continue;
     const auto& like = inputs[static_cast<std::size_t>(signature.index(t.like))];
     if (!like) continue;
-    std::vector<std::int64_t> shape = shape_of(like->first);
-    DType dtype = like->first.dtype;
-    if (t.rows_of != nullptr) {
-      shape.back() = inputs[static_cast<std::size_t>(signature.index(t.rows_of))]->first.shape[0];
-    }
-    if (t.per_sample) {
-      shape = {shape.front()};
-      dtype = DType::F32;
-    }
+    const std::int64_t rows =
+        t.rows_of != nullptr
+            ? inputs[static_cast<std::size_t>(signature.index(t.rows_of))]->first.shape[0]
+            : 0;
+    OutputLayout layout = output_layout(t, shape_of(like->first), like->first.dtype, rows);
     Output& o = outputs[next++];
     o.name = t.name;
     o.per_sample = like->second;
-    NpyArray& a = reused_array(o.array, npy_type_of(dtype), std::move(shape));
+    NpyArray& a = reused_array(o.array, npy_type_of(layout.dtype), std::move(layout.shape));
     cases::zero_fill(a.data);
     args.set_output(t.name, mutable_view(a));
   }

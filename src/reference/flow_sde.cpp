@@ -1,5 +1,10 @@
-#include "reference/flow_sde.hpp"
+// Flow-GRPO's SDE step and its log-probability under the contract (docs/contract.md
+// section 15), applied literally: every element through the contract's scalar functions,
+// each sample's squared distances through contract::FlowSdeSquares in row-major order.
+// (The CPU backend runs its own vector rows, cpu/gemm/flow_sde_simd.hpp.)
+#include <cstdint>
 
+#include "api/problems.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/flow_sde.hpp"
 #include "reference/kernels.hpp"
@@ -36,8 +41,6 @@ std::int64_t rows_per_sample(const ConstTensorView& v) {
 std::int64_t elements_per_sample(const ConstTensorView& v) {
   return rows_per_sample(v) * v.shape[v.rank - 1];
 }
-
-}  // namespace
 
 void flow_sde_step_rows(const detail::FlowSdeStepProblem& p, std::int64_t begin, std::int64_t end) {
   const Rows x(p.x), v(p.v), noise(p.noise), prev{ConstTensorView(p.prev)};
@@ -111,6 +114,8 @@ void flow_sde_logp_backward_samples(const detail::FlowSdeLogpBackwardProblem& p,
     }
   }
 }
+
+}  // namespace
 
 void add_flow_sde_step_kernels(registry::Kernels& k) {
   k.set<OpType::FlowSdeStep, Direction::Forward>(
