@@ -254,8 +254,9 @@ void run_apply(const ApplyPlan& plan, const Args& args) {
       const NpyArray& of = *arrays[static_cast<std::size_t>(signature.index(t.rows_of))];
       rows = of.shape.empty() ? 0 : of.shape.front();
     }
-    OutputLayout layout =
-        output_layout(t, like->shape, float_dtype(*like, plan.flag(plan.tensor(t.like))), rows);
+    const DType like_dtype = float_dtype(*like, plan.flag(plan.tensor(t.like)));
+    OutputLayout layout;
+    call_library(names, [&] { layout = output_layout(t, like->shape, like_dtype, rows, call); });
     if (t.dtype_free) {
       if (const auto text = args.optional(plan.flag(t) + "-dtype")) {
         layout.dtype = parse_dtype(plan.flag(t) + "-dtype", *text);

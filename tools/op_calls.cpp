@@ -1,5 +1,7 @@
 #include "op_calls.hpp"
 
+#include "kernel_align/error.hpp"
+
 #include <algorithm>
 #include <array>
 
@@ -74,10 +76,24 @@ int OpCallArgs::choice_index(const detail::OptionValue& v) const {
 }
 
 OutputLayout output_layout(const detail::TensorSpec& t, std::vector<std::int64_t> like_shape,
-                           DType like_dtype, std::int64_t rows_of_rows) {
+                           DType like_dtype, std::int64_t rows_of_rows, const OpCallArgs& args) {
   OutputLayout out{std::move(like_shape), like_dtype};
   if (t.rows_of != nullptr) out.shape.back() = rows_of_rows;
   if (t.per_sample) out = {{out.shape.front()}, DType::F32};
+  // A shape the op's validator refuses stays as it is, for its error to name the input.
+  std::vector<std::int64_t>& s = out.shape;
+  if (t.packing == detail::Packing::Packed && s.size() == 4) {
+    s = {s[0], (s[2] / 2) * (s[3] / 2), 4 * s[1]};
+  } else if (t.packing == detail::Packing::Unpacked && s.size() == 3) {
+    std::int64_t height = 0, width = 0;
+    args.get("height", height);
+    args.get("width", width);
+    if (height <= 0 || width <= 0) {
+      throw Error("height", "the latents' H and W to unpack to (height and width, both > 0)",
+                  "height " + std::to_string(height) + ", width " + std::to_string(width));
+    }
+    s = {s[0], s[2] / 4, height, width};
+  }
   return out;
 }
 

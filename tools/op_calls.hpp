@@ -71,14 +71,15 @@ class OpCallArgs {
 
 // The shape and dtype of an output of a signature, by its shape rule: those of the input
 // it is like (`like_shape`, `like_dtype`), its last dim `rows_of_rows` (dim 0 of its rows_of
-// input, read only where it has one), or one fp32 per sample. `apply` and verify allocate
-// every output by it.
+// input, read only where it has one), one fp32 per sample, or the input's packed or
+// unpacked latents (the unpacked H and W: the options height and width of `args`, an Error
+// naming height where they are not set). `apply` and verify allocate every output by it.
 struct OutputLayout {
   std::vector<std::int64_t> shape;
   DType dtype = DType::F32;
 };
 OutputLayout output_layout(const detail::TensorSpec& t, std::vector<std::int64_t> like_shape,
-                           DType like_dtype, std::int64_t rows_of_rows);
+                           DType like_dtype, std::int64_t rows_of_rows, const OpCallArgs& args);
 
 // An op's call and the sentences the CLI's help says of each direction.
 struct OpCall {

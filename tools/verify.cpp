@@ -486,6 +486,7 @@ std::string json_document(const Matrix& m) {
       << ", \"mode\": " << quoted_or_null(c.mode, norm_mode_name)
       << ", \"layout\": " << quoted_or_null(c.layout, layout_name)
       << ", \"activation\": " << quoted_or_null(c.activation, activation_name)
+      << ", \"transform\": " << quoted_or_null(c.transform, latent_transform_name)
       << ", \"shape\": " << quoted(m.options->shapes[cell.shape].name) << ", \"checks\": {";
     for (std::size_t k = 0; k < kChecks; ++k) {
       j << (k == 0 ? "" : ", ") << quoted(kCheckNames[k]) << ": "

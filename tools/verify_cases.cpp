@@ -36,6 +36,9 @@ void set_options(const Case& c, OpCallArgs& args) {
   if (config.activation) {
     args.set_option(detail::choice("activation", activation_name(*config.activation)));
   }
+  if (config.transform) {
+    args.set_option(detail::choice("transform", latent_transform_name(*config.transform)));
+  }
   if (args.descriptor().option("text_len") != nullptr) {
     args.set_option(detail::integer_value("text_len", c.shape->text_len));
   }
@@ -85,7 +88,7 @@ void compute(const Case& c, bool whole_batch, Outputs& outputs) {
         t.rows_of != nullptr
             ? inputs[static_cast<std::size_t>(signature.index(t.rows_of))]->first.shape[0]
             : 0;
-    OutputLayout layout = output_layout(t, shape_of(like->first), like->first.dtype, rows);
+    OutputLayout layout = output_layout(t, shape_of(like->first), like->first.dtype, rows, args);
     Output& o = outputs[next++];
     o.name = t.name;
     o.per_sample = like->second;

@@ -17,4 +17,6 @@
   X(AdaLnGateResidual, adaln_gate_residual) \
   X(Activation, activation)                 \
   X(FlowSdeStep, flow_sde_step)             \
-  X(FlowSdeLogp, flow_sde_logp)
+  X(FlowSdeLogp, flow_sde_logp)             \
+  X(LatentNormalize, latent_normalize)      \
+  X(LatentPack, latent_pack)

@@ -111,8 +111,9 @@ void linear_forward(const ConstTensorView& x, const ConstTensorView& weight,
 // backward of dy at the forward's pre-activation value, recomputed by the same tree (fp32,
 // never rounded to a narrower dtype). dw and db sum over the rows by the linear tree over
 // M: deterministic, independent of threads and instruction sets, and (as any sum over a
-// batch) not batch-invariant. No output may overlap another tensor of the call. Errors as
-// the forward, and dy, dx, dw, db (shape, overlap; db without a bias).
+// batch) not batch-invariant. No output may overlap another tensor of the call; at least
+// one is given. Errors as the forward, and dy, dx (none of the three given), dw, db (shape,
+// overlap; db without a bias).
 void linear_backward(const ConstTensorView& x, const ConstTensorView& weight,
                      const std::optional<ConstTensorView>& bias, const ConstTensorView& dy,
                      const std::optional<TensorView>& dx, const std::optional<TensorView>& dw,
@@ -249,6 +250,39 @@ void flow_sde_logp_backward(const ConstTensorView& x, const ConstTensorView& v,
                             const std::optional<TensorView>& dx,
                             const std::optional<TensorView>& dv, const FlowSdeOptions& options,
                             const ExecutionContext& context = {});
+
+// The VAE latents' per-channel normalization as Qwen-Image's pipelines compute it
+// (docs/contract.md section 16), fp32 arithmetic whatever the dtypes, one rounding to y's
+// dtype: Normalize y = (z - mean[c]) / std[c]; Denormalize y = z / (1 / std[c]) + mean[c]
+// (the pipelines divide by latents_std = 1 / std). z and y: [B, C, L] or [B, C, H, W],
+// dim 1 the channel, the same shape, any float dtypes and strides; y may be z (in place).
+// mean and std: [C], any float dtypes, widened to fp32. Errors name z (rank), mean, std
+// (shape), y (shape, overlap).
+void latent_normalize_forward(const ConstTensorView& z, const ConstTensorView& mean,
+                              const ConstTensorView& std, const TensorView& y,
+                              const LatentNormalizeOptions& options = {},
+                              const ExecutionContext& context = {});
+
+// dz = dy / std[c] (Normalize) or dy / (1 / std[c]) (Denormalize), one rounding to dz's
+// dtype: the gradient with respect to z (the constants take none). dz may be dy. Errors
+// name dy, std, dz.
+void latent_normalize_backward(const ConstTensorView& dy, const ConstTensorView& std,
+                               const TensorView& dz, const LatentNormalizeOptions& options = {},
+                               const ExecutionContext& context = {});
+
+// Qwen-Image's 2x2 patchify (the pipelines' _pack_latents, docs/contract.md section 16):
+// y[b, i * W/2 + j, 4c + 2di + dj] = x[b, c, 2i + di, 2j + dj]. x: [B, C, H, W] with H and W
+// even; y: [B, H/2 * W/2, 4C] of x's dtype; any strides; an exact permutation (every
+// element's bytes copied). y overlaps nothing. Errors name x (rank, odd H or W: the
+// pipelines' latent sizes are 2 * (pixels // 16)) and y (shape, dtype, overlap).
+void latent_pack_forward(const ConstTensorView& x, const TensorView& y,
+                         const ExecutionContext& context = {});
+
+// Its inverse (the pipelines' _unpack_latents) and its gradient: dx[b, c, 2i + di, 2j + dj]
+// = dy[b, i * W/2 + j, 4c + 2di + dj], H and W those of dx. dy: [B, S, 4C]; dx:
+// [B, C, H, W] of dy's dtype with H and W even and H/2 * W/2 = S. Errors name dy, dx.
+void latent_pack_backward(const ConstTensorView& dy, const TensorView& dx,
+                          const ExecutionContext& context = {});
 
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`

@@ -92,6 +92,18 @@ struct FlowSdeOptions {
   float sigma_max = 0.0f;    // the scheduler's sigmas[1], standing in for sigma = 1; in (0, 1)
 };
 
+// Which way latent_normalize maps the VAE's latents (docs/contract.md section 16), each
+// as Qwen-Image's pipelines write it.
+enum class LatentTransform : unsigned char {
+  Normalize,    // (z - mean) / std: the edit pipeline's encoded image latents
+  Denormalize,  // z / (1 / std) + mean: the latents the pipelines hand the VAE's decoder
+};
+
+// latent_normalize_forward / _backward.
+struct LatentNormalizeOptions {
+  LatentTransform transform = LatentTransform::Normalize;
+};
+
 // adaln_gate_residual_forward / _backward.
 struct GateResidualOptions {
   NormMode mode = NormMode::Diffusers;  // whether the forward rounds gate * y before the add
@@ -104,6 +116,8 @@ const char* pairing_name(Pairing p);
 const char* layout_name(Layout l);
 // "none", "gelu_tanh", "silu".
 const char* activation_name(Activation a);
+// "normalize", "denormalize".
+const char* latent_transform_name(LatentTransform t);
 
 // The value whose name (above) is `text`; otherwise an Error naming `argument` (as the
 // front end spells it: "--layout", "layout"), the choices and `text`. The names and their
@@ -112,5 +126,7 @@ NormMode norm_mode_from_name(std::string_view text, const std::string& argument 
 Pairing pairing_from_name(std::string_view text, const std::string& argument = "pairing");
 Layout layout_from_name(std::string_view text, const std::string& argument = "layout");
 Activation activation_from_name(std::string_view text, const std::string& argument = "activation");
+LatentTransform latent_transform_from_name(std::string_view text,
+                                           const std::string& argument = "transform");
 
 }  // namespace kernel_align

@@ -48,21 +48,9 @@ class StandIns {
   // The same with its last dim `last` instead of the input's (linear's y is [..., N]).
   TensorView like(const ConstTensorView& input, DType dtype, std::int64_t last) {
     TensorView v;
-    v.dtype = dtype;
-    v.device = input.device;
     v.rank = input.rank;
-    std::uint64_t elements = 1;
-    for (int i = v.rank - 1; i >= 0; --i) {
-      v.shape[i] = i == v.rank - 1 ? last : input.shape[i];
-      v.strides[i] = static_cast<std::int64_t>(elements);
-      elements = mul(elements, static_cast<std::uint64_t>(std::max<std::int64_t>(v.shape[i], 0)));
-    }
-    next_ = (next_ + 63) / 64 * 64;  // aligned, as an allocation is
-    v.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(next_));
-    const std::uint64_t size = mul(elements, dtype_size(dtype));
-    next_ = add(next_, size);
-    bytes_ = add(bytes_, size);
-    return v;
+    for (int i = 0; i < v.rank; ++i) v.shape[i] = i == v.rank - 1 ? last : input.shape[i];
+    return placed(v, input, dtype);
   }
 
   // An fp32 [B] of one number per sample (dim 0) of `input` (flow_sde_logp's logp).
@@ -70,6 +58,26 @@ class StandIns {
     ConstTensorView samples = input;
     samples.rank = 1;
     return like(samples, DType::F32);
+  }
+
+  // latent_pack's tokens [B, H/2 * W/2, 4C] of `latents` [B, C, H, W], in their dtype. The
+  // sizes saturate: tokens too large to index come of latents the validation refuses first
+  // (as it does latents of another rank, whose dims past their rank read 0 here).
+  TensorView packed(const ConstTensorView& latents) {
+    const auto size = [&](int dim) { return static_cast<std::uint64_t>(latents.shape[dim]); };
+    TensorView v;
+    v.rank = 3;
+    v.shape = {latents.shape[0], static_cast<std::int64_t>(mul(size(2) / 2, size(3) / 2)),
+               static_cast<std::int64_t>(mul(4, size(1)))};
+    return placed(v, latents, latents.dtype);
+  }
+
+  // Its inverse's latents [B, C, height, width] of `tokens` [B, S, 4C], in their dtype.
+  TensorView unpacked(const ConstTensorView& tokens, std::int64_t height, std::int64_t width) {
+    TensorView v;
+    v.rank = 4;
+    v.shape = {tokens.shape[0], tokens.shape[2] / 4, height, width};
+    return placed(v, tokens, tokens.dtype);
   }
 
   // The bytes of every stand-in made (at most 2^62).
@@ -84,6 +92,24 @@ class StandIns {
   static std::uint64_t mul(std::uint64_t a, std::uint64_t b) {
     std::uint64_t r = 0;
     return __builtin_mul_overflow(a, b, &r) || r > kClamp ? kClamp : r;
+  }
+
+  // `v` (its rank and shape set) made dense, in `dtype` on `input`'s device, at the next
+  // address.
+  TensorView placed(TensorView v, const ConstTensorView& input, DType dtype) {
+    v.dtype = dtype;
+    v.device = input.device;
+    std::uint64_t elements = 1;
+    for (int i = v.rank - 1; i >= 0; --i) {
+      v.strides[i] = static_cast<std::int64_t>(elements);
+      elements = mul(elements, static_cast<std::uint64_t>(std::max<std::int64_t>(v.shape[i], 0)));
+    }
+    next_ = (next_ + 63) / 64 * 64;  // aligned, as an allocation is
+    v.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(next_));
+    const std::uint64_t size = mul(elements, dtype_size(dtype));
+    next_ = add(next_, size);
+    bytes_ = add(bytes_, size);
+    return v;
   }
 
   std::uint64_t next_ = 64;  // never null

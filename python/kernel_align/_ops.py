@@ -278,6 +278,21 @@ _OPERATORS = (
               "bool[2] output_mask) -> (Tensor, Tensor)",
               lambda a: tuple(_like(t) if wanted else a.x.new_empty((0,))
                               for t, wanted in zip((a.x, a.v), a.output_mask))),
+    # latent_normalize, latent_pack (csrc/latent.cpp): y like z, dz like dy; the tokens
+    # [B, H/2 * W/2, 4C] of latents [B, C, H, W] and the latents [B, C, height, width] of
+    # tokens [B, S, 4C], both new and contiguous. height and width are SymInts: the pack's
+    # gradient passes the latents' sizes, symbolic under dynamic shapes.
+    _Operator("latent_normalize(Tensor z, Tensor mean, Tensor std, str transform='normalize') "
+              "-> Tensor", lambda a: _like(a.z)),
+    _Operator("latent_normalize_backward(Tensor dy, Tensor std, str transform) -> Tensor",
+              lambda a: _like(a.dy)),
+    _Operator("latent_pack(Tensor latents) -> Tensor",
+              lambda a: a.latents.new_empty((a.latents.shape[0], (a.latents.shape[2] // 2)
+                                             * (a.latents.shape[3] // 2),
+                                             4 * a.latents.shape[1]))),
+    _Operator("latent_pack_backward(Tensor tokens, SymInt height, SymInt width) -> Tensor",
+              lambda a: a.tokens.new_empty((a.tokens.shape[0], a.tokens.shape[2] // 4, a.height,
+                                            a.width))),
 )
 
 

@@ -67,6 +67,10 @@ __all__ = [
     "adaln_modulation",
     "attention",
     "flow_sde_step_logp",
+    "latent_grid",
+    "latent_normalize",
+    "latent_pack",
+    "latent_unpack",
     "linear",
     "qk_rmsnorm",
     "multi_axis_rope",
@@ -608,3 +612,134 @@ def flow_sde_step_logp(
     if prev is None:
         prev = ops.flow_sde_step(x, v, noise, *step)
     return prev, ops.flow_sde_logp(x, v, prev.detach(), *step)
+
+
+def latent_normalize(
+    z: torch.Tensor,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    *,
+    transform: str = "normalize",
+) -> torch.Tensor:
+    """The VAE latents' per-channel normalization as Qwen-Image's pipelines write it, under
+    the contract (docs/contract.md section 16): fp32 arithmetic whatever the dtypes, one
+    rounding to z's dtype, so an element's bytes depend on that element and its channel's
+    constants alone, on every backend. ``transform`` "normalize" is the Edit pipelines'
+    ``(image_latents - latents_mean) / latents_std``; "denormalize" is what every pipeline
+    hands the VAE's decoder, ``latents / latents_std + latents_mean`` with its
+    ``latents_std = 1.0 / std`` (the reciprocal taken in fp32, then the division by it). In
+    fp32 these are the pipelines' bytes; in bf16 or fp16 the value is rounded once where
+    torch rounds after each operation. Differentiable in z, to any order: ``dz = dy / std`` or
+    ``dy / (1 / std)``, rounded once to dy's dtype. mean and std are constants (the VAE
+    config's ``latents_mean`` and ``latents_std``): they get no gradient, even when they
+    require grad.
+
+    Args:
+        z: the latents, ``[B, C, L]`` or ``[B, C, H, W]`` (dim 1 the channels: the
+            pipelines' ``[B, C, 1, H, W]`` with its frame dim squeezed), fp32, bf16 or
+            fp16, any strides.
+        mean: ``[C]``, the per-channel mean, any of the three dtypes (widened to fp32).
+        std: ``[C]``, the per-channel standard deviation (not its reciprocal), likewise.
+        transform: "normalize" or "denormalize".
+
+    Returns:
+        A new tensor of z's shape, dtype and strides (``torch.empty_like``).
+
+    Raises:
+        TypeError: an argument that is not a dense tensor or of a dtype the library lacks,
+            or a transform that is not a str.
+        ValueError: z not 3-D or 4-D, mean or std not ``[C]`` for z's C, an empty tensor,
+            an unknown transform, tensors on two devices or not on a supported device.
+    """
+    op = "latent_normalize"
+    check_tensors(op, z=z, mean=mean, std=std)
+    return ops.latent_normalize(z, mean, std, as_str(op, "transform", transform))
+
+
+def latent_pack(latents: torch.Tensor) -> torch.Tensor:
+    """Qwen-Image's 2x2 patchify, the pipelines' ``_pack_latents``: latents
+    ``[B, C, H, W]`` to the transformer's tokens ``[B, H/2 * W/2, 4C]``,
+    ``tokens[b, i * W/2 + j, 4c + 2di + dj] = latents[b, c, 2i + di, 2j + dj]``
+    (docs/contract.md section 16). An exact permutation: every element's bytes are copied,
+    in any dtype, from any strides. Differentiable to any order: its gradient is
+    ``latent_unpack``.
+
+    Args:
+        latents: ``[B, C, H, W]`` with H and W even (the pipelines' latents, their frame
+            dim squeezed: see ``latent_grid``), fp32, bf16 or fp16, any strides.
+
+    Returns:
+        A new contiguous tensor ``[B, H/2 * W/2, 4C]`` of the latents' dtype.
+
+    Raises:
+        TypeError: latents is not a dense tensor or of a dtype the library lacks.
+        ValueError: latents not 4-D, H or W odd, an empty tensor, a tensor not on a
+            supported device.
+    """
+    check_tensors("latent_pack", latents=latents)
+    return ops.latent_pack(latents)
+
+
+def latent_unpack(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """The inverse of ``latent_pack``, the pipelines' ``_unpack_latents``: tokens
+    ``[B, H/2 * W/2, 4C]`` back to latents ``[B, C, H, W]``, byte for byte. ``height`` and
+    ``width`` are the latent grid's H and W (``_unpack_latents`` takes the image's and
+    derives them: ``latent_grid``). Differentiable to any order: its gradient is
+    ``latent_pack``.
+
+    Args:
+        tokens: ``[B, S, 4C]``, fp32, bf16 or fp16, any strides.
+        height: the latents' H, even, with ``height/2 * width/2 = S``.
+        width: the latents' W, even.
+
+    Returns:
+        A new contiguous tensor ``[B, C, height, width]`` of the tokens' dtype.
+
+    Raises:
+        TypeError: tokens is not a dense tensor or of a dtype the library lacks, height or
+            width not an int.
+        ValueError: height or width odd or not positive (the error names "height, width"),
+            tokens not ``[B, height/2 * width/2, 4C]``, a tensor not on a supported device.
+    """
+    op = "latent_unpack"
+    check_tensors(op, tokens=tokens)
+    return ops.latent_pack_backward(tokens, as_int(op, "height", height),
+                                    as_int(op, "width", width))
+
+
+def latent_grid(height: int, width: int, vae_scale_factor: int = 8) -> tuple[int, int]:
+    """The latent grid (H, W) the Qwen-Image pipelines make for an image of ``height`` x
+    ``width`` pixels: ``2 * (height // (vae_scale_factor * 2))`` and the same of width, as
+    their ``prepare_latents`` and ``_unpack_latents`` compute it: the VAE divides by
+    ``vae_scale_factor``, and the packing needs even sizes, so an image size that is not a
+    multiple of ``2 * vae_scale_factor`` is truncated (1000 pixels: a grid of 124, 992
+    pixels' worth).
+
+    Args:
+        height: the image's height in pixels.
+        width: the image's width in pixels.
+        vae_scale_factor: the VAE's spatial compression, the pipelines'
+            ``vae_scale_factor`` (8 for Qwen-Image's VAE).
+
+    Returns:
+        ``(H, W)``, the latents' height and width for ``latent_unpack``.
+
+    Raises:
+        TypeError: an argument that is not an int.
+        ValueError: vae_scale_factor below 1, or height or width below
+            ``2 * vae_scale_factor`` (an empty grid).
+    """
+    op = "latent_grid"
+    factor = as_int(op, "vae_scale_factor", vae_scale_factor)
+    if factor < 1:
+        raise ValueError(f"kernel_align.{op}: argument 'vae_scale_factor': expected an integer "
+                         f">= 1, found {factor}")
+    grid = []
+    for name, pixels in (("height", height), ("width", width)):
+        pixels = as_int(op, name, pixels)
+        if pixels < 2 * factor:
+            raise ValueError(f"kernel_align.{op}: argument '{name}': expected at least "
+                             f"{2 * factor} pixels (2 * vae_scale_factor: one 2x2 patch), "
+                             f"found {pixels}")
+        grid.append(2 * (pixels // (factor * 2)))
+    return grid[0], grid[1]

@@ -15,6 +15,9 @@ constexpr OptionSpec kSigma{"sigma", OptionKind::Float, {}};
 constexpr OptionSpec kSigmaPrev{"sigma_prev", OptionKind::Float, {}};
 constexpr OptionSpec kNoiseLevel{"noise_level", OptionKind::Float, {}};
 constexpr OptionSpec kSigmaMax{"sigma_max", OptionKind::Float, {}};
+constexpr OptionSpec kTransform{"transform", OptionKind::Choice, {"normalize", "denormalize"}};
+constexpr OptionSpec kHeight{"height", OptionKind::Integer, {}};
+constexpr OptionSpec kWidth{"width", OptionKind::Integer, {}};
 
 constexpr TensorSpec in(const char* name) {
   return {.name = name};
@@ -65,6 +68,15 @@ constexpr TensorSpec kWeightTextQ = optional_in("weight_text_q", "weights.text_q
 constexpr TensorSpec kWeightTextK = optional_in("weight_text_k", "weights.text_k");
 constexpr TensorSpec kWeightImageQ = optional_in("weight_image_q", "weights.image_q");
 constexpr TensorSpec kWeightImageK = optional_in("weight_image_k", "weights.image_k");
+
+// latent_pack's tokens [B, H/2 * W/2, 4C] of latents [B, C, H, W], and those latents of
+// tokens (H and W: the options height and width).
+constexpr TensorSpec packed_out(const char* name, const char* like) {
+  return {.name = name, .like = like, .role = TensorRole::Output, .packing = Packing::Packed};
+}
+constexpr TensorSpec unpacked_out(const char* name, const char* like) {
+  return {.name = name, .like = like, .role = TensorRole::Output, .packing = Packing::Unpacked};
+}
 
 // In op_list.hpp's order; tensors in the API's order, which the record keeps; options in
 // the order the trace writes them.
@@ -151,6 +163,19 @@ constexpr OpDescriptor kDescriptors[] = {
                             optional_out("dv", "v", nullptr, {"v"})}),
      .option_count = 4,
      .op = OpType::FlowSdeLogp},
+    {.reduction_tree = nullptr,
+     .option_list = {kTransform},
+     .forward = signature({in("z"), in("mean"), in("std"), out("y", "z", {"z"})}),
+     .backward = signature({in("dy"), in("std"), out("dz", "dy", {"dy"})}),
+     .option_count = 1,
+     .op = OpType::LatentNormalize},
+    // A permutation: an output never overlaps its input.
+    {.reduction_tree = nullptr,
+     .option_list = {kHeight, kWidth},
+     .forward = signature({in("x"), packed_out("y", "x")}),
+     .backward = signature({in("dy"), unpacked_out("dx", "dy")}),
+     .option_count = 2,
+     .op = OpType::LatentPack},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

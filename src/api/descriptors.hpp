@@ -45,6 +45,13 @@ enum class TensorKind : unsigned char {
   Mask,     // bool
 };
 
+// An output whose shape is a permutation's of its `like` (latent_pack, contract section 16).
+enum class Packing : unsigned char {
+  None,
+  Packed,    // [B, C, H, W] -> [B, H/2 * W/2, 4C]
+  Unpacked,  // [B, S, 4C] -> [B, C, height, width] (the op's options height and width)
+};
+
 // One tensor argument of a direction of an op.
 // (Members ordered by size, as clang-tidy's padding check asks.)
 struct TensorSpec {
@@ -60,6 +67,7 @@ struct TensorSpec {
   std::array<const char*, 2> in_place_of{};
   TensorRole role = TensorRole::Input;
   TensorKind kind = TensorKind::Numbers;
+  Packing packing = Packing::None;
   bool optional = false;
   // An output whose dtype the caller may choose (the forward's y of qk_rmsnorm, linear).
   bool dtype_free = false;

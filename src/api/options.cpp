@@ -73,6 +73,9 @@ const char* norm_mode_name(NormMode m) {
 const char* activation_name(Activation a) {
   return choice_name(OpType::Linear, "activation", a);
 }
+const char* latent_transform_name(LatentTransform t) {
+  return choice_name(OpType::LatentNormalize, "transform", t);
+}
 
 std::vector<std::string> option_choices(OpType op, std::string_view option) {
   const detail::OptionSpec* spec = detail::descriptor(op).option(option);
@@ -92,6 +95,9 @@ Layout layout_from_name(std::string_view text, const std::string& argument) {
 }
 Activation activation_from_name(std::string_view text, const std::string& argument) {
   return choice_from_name<Activation>(OpType::Linear, "activation", text, argument);
+}
+LatentTransform latent_transform_from_name(std::string_view text, const std::string& argument) {
+  return choice_from_name<LatentTransform>(OpType::LatentNormalize, "transform", text, argument);
 }
 
 }  // namespace kernel_align

@@ -14,6 +14,7 @@
 #include "api/flow_sde_problem.hpp"
 #include "api/gate_residual_problem.hpp"
 #include "api/gemm_problem.hpp"
+#include "api/latent_problem.hpp"
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/ops.hpp"
 #include "kernel_align/registry.hpp"  // OpType, Direction
@@ -222,6 +223,10 @@ KERNEL_ALIGN_PROBLEM(FlowSdeStep, Forward, FlowSdeStepProblem)
 KERNEL_ALIGN_PROBLEM(FlowSdeStep, Backward, FlowSdeStepBackwardProblem)
 KERNEL_ALIGN_PROBLEM(FlowSdeLogp, Forward, FlowSdeLogpProblem)
 KERNEL_ALIGN_PROBLEM(FlowSdeLogp, Backward, FlowSdeLogpBackwardProblem)
+KERNEL_ALIGN_PROBLEM(LatentNormalize, Forward, LatentNormalizeProblem)
+KERNEL_ALIGN_PROBLEM(LatentNormalize, Backward, LatentNormalizeProblem)
+KERNEL_ALIGN_PROBLEM(LatentPack, Forward, LatentPackProblem)
+KERNEL_ALIGN_PROBLEM(LatentPack, Backward, LatentUnpackProblem)
 #undef KERNEL_ALIGN_PROBLEM
 template <OpType op, Direction d>
 using Problem = typename ProblemOf<op, d>::type;

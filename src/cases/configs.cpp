@@ -31,6 +31,11 @@ std::vector<std::optional<Activation>> activations_of(OpType op) {
   return {Activation::None, Activation::GeluTanh, Activation::Silu};
 }
 
+std::vector<std::optional<LatentTransform>> transforms_of(OpType op) {
+  if (!has_option(op, "transform")) return {std::nullopt};
+  return {LatentTransform::Normalize, LatentTransform::Denormalize};
+}
+
 std::string config_words(const Config& c) {
   std::string words = std::string(op_type_name(c.op)) + " " + direction_name(c.direction) + " " +
                       dtype_name(c.dtype);
@@ -38,6 +43,7 @@ std::string config_words(const Config& c) {
   if (c.mode) words += std::string(" ") + norm_mode_name(*c.mode);
   if (c.layout) words += std::string(" ") + layout_name(*c.layout);
   if (c.activation) words += std::string(" ") + activation_name(*c.activation);
+  if (c.transform) words += std::string(" ") + latent_transform_name(*c.transform);
   return words;
 }
 
@@ -51,7 +57,10 @@ std::vector<Config> all_configs() {
           for (const auto& mode : norm_modes_of(op)) {
             for (const auto& layout : layouts_of(op)) {
               for (const auto& activation : activations_of(op)) {
-                configs.push_back({op, direction, dtype, pairing, mode, layout, activation, row});
+                for (const auto& transform : transforms_of(op)) {
+                  configs.push_back(
+                      {op, direction, dtype, pairing, mode, layout, activation, transform, row});
+                }
               }
             }
           }

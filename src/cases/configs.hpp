@@ -21,11 +21,13 @@ std::vector<std::optional<Pairing>> pairings_of(OpType op);
 std::vector<std::optional<Layout>> layouts_of(OpType op);
 // The activations of an op: every one for linear, none (one nullopt) for the others.
 std::vector<std::optional<Activation>> activations_of(OpType op);
+// The transforms of an op: both for latent_normalize, none (one nullopt) for the others.
+std::vector<std::optional<LatentTransform>> transforms_of(OpType op);
 
 inline constexpr DType kAllDTypes[] = {DType::F32, DType::BF16, DType::F16};
 
-// One configuration of an op; pairing, mode, layout and activation are set where the op
-// has them.
+// One configuration of an op; pairing, mode, layout, activation and transform are set
+// where the op has them.
 struct Config {
   OpType op = OpType::QkRmsNorm;
   Direction direction = Direction::Forward;
@@ -34,6 +36,7 @@ struct Config {
   std::optional<NormMode> mode;
   std::optional<Layout> layout;
   std::optional<Activation> activation;
+  std::optional<LatentTransform> transform;
   std::size_t row = 0;  // the index of its (op, direction, dtype) among all_configs()'
 };
 
@@ -42,7 +45,7 @@ std::string config_words(const Config& c);
 
 // Every configuration, grouped by (op, direction, dtype) in the order of kOpTypes,
 // kDirections and kAllDTypes; within a group pairing, then mode, then layout, then
-// activation.
+// activation, then transform.
 std::vector<Config> all_configs();
 
 }  // namespace kernel_align::cases

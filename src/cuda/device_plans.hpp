@@ -10,6 +10,7 @@
 
 #include "cuda/attention_plan.hpp"
 #include "cuda/flow_sde_plan.hpp"
+#include "cuda/latent_plan.hpp"
 #include "cuda/modulation_plan.hpp"
 #include "cuda/plan.hpp"
 
@@ -33,4 +34,8 @@
   X(FlowSdeStep, Forward, flow_sde_step_forward)         \
   X(FlowSdeStep, Backward, flow_sde_step_backward)       \
   X(FlowSdeLogp, Forward, flow_sde_logp_forward)         \
-  X(FlowSdeLogp, Backward, flow_sde_logp_backward)
+  X(FlowSdeLogp, Backward, flow_sde_logp_backward)       \
+  X(LatentNormalize, Forward, latent_normalize)          \
+  X(LatentNormalize, Backward, latent_normalize)         \
+  X(LatentPack, Forward, latent_pack)                    \
+  X(LatentPack, Backward, latent_unpack)

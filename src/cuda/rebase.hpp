@@ -283,6 +283,26 @@ detail::ActivationBackwardProblem rebased(const detail::ActivationBackwardProble
 }
 
 template <class Mirror>
+detail::LatentNormalizeProblem rebased(const detail::LatentNormalizeProblem& p, Mirror& m) {
+  detail::LatentNormalizeProblem r = p;
+  r.in = m.map(p.in, false);
+  if (p.mean.data != nullptr) r.mean = m.map(p.mean, false);
+  r.std = m.map(p.std, false);
+  r.out = m.map(p.out, true);
+  return r;
+}
+
+template <class Mirror>
+detail::LatentPackProblem rebased(const detail::LatentPackProblem& p, Mirror& m) {
+  return {m.map(p.latents, false), m.map(p.tokens, true)};
+}
+
+template <class Mirror>
+detail::LatentUnpackProblem rebased(const detail::LatentUnpackProblem& p, Mirror& m) {
+  return {m.map(p.tokens, false), m.map(p.latents, true)};
+}
+
+template <class Mirror>
 TensorView rebased_output(const TensorView& t, Mirror& m) {
   return t.data != nullptr ? m.map(t, true) : t;
 }

@@ -130,10 +130,12 @@ TEST(ActivationOp, StridedViewsAndInPlaceEqualContiguousOnes) {
 }
 
 TEST(ActivationOp, BadArgumentsAreErrorsNamingThem) {
-  HostTensor x(DType::F32, {2, 3}), y(DType::F32, {2, 4}), five(DType::F32, {1, 1, 1, 1, 2});
+  HostTensor x(DType::F32, {2, 3}), y(DType::F32, {2, 4});
+  // A view that says rank 5 (its arrays hold 4 dims: the validator reads the rank first).
+  TensorView five = x.view();
+  five.rank = 5;
   EXPECT_EQ(test::rejected_argument([&] { activation_forward(x.cview(), y.view(), {}); }), "y");
-  EXPECT_EQ(test::rejected_argument([&] { activation_forward(five.cview(), five.view(), {}); }),
-            "x");
+  EXPECT_EQ(test::rejected_argument([&] { activation_forward(five, five, {}); }), "x");
   HostTensor dy(DType::F32, {2, 4}), dx(DType::F32, {2, 3});
   EXPECT_EQ(
       test::rejected_argument([&] { activation_backward(x.cview(), dy.cview(), dx.view(), {}); }),

@@ -4,7 +4,9 @@
 // text_len, linear's activations and optional gradients, attention's masks and layouts,
 // adaln_modulation's and adaln_gate_residual's modulations ([B, D] or [B, 1, D]) and optional
 // gradients, the activation's kinds and ranks, the SDE step's and log-probability's steps
-// (valid or not), per-sample vectors and optional gradients, bool
+// (valid or not), per-sample vectors and optional gradients, the latent normalization's
+// transforms, ranks and per-channel constants (of C or another length), the patchify's
+// latents (H and W mostly even) and tokens (mostly of the latents' shape and dtype), bool
 // tensors where numbers belong, outputs in place or anywhere (overlapping
 // inputs and each other, or beside them with the same strides: byte ranges that interleave, with or
 // without a common element), pointers off their dtype's alignment. The validation must accept a
@@ -31,6 +33,7 @@
 #include "api/ops/adaln_modulation.hpp"
 #include "api/ops/attention.hpp"
 #include "api/ops/flow_sde.hpp"
+#include "api/ops/latent.hpp"
 #include "api/ops/linear.hpp"
 #include "api/ops/multi_axis_rope.hpp"
 #include "api/ops/qk_norm_rope.hpp"
@@ -191,12 +194,70 @@ struct Call {
 Call decode(FuzzedDataProvider& f, Arena& arena) {
   Decoder in(f, arena);
   Call call;
-  const int op = f.ConsumeIntegralInRange<int>(0, 19);
+  const int op = f.ConsumeIntegralInRange<int>(0, 23);
   const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
   const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
   const auto add = [&](const auto& v) {
     if (v) call.views.push_back(*v);
   };
+  if (op >= 22) {  // latent_pack: latents [B, C, H, W] (H, W mostly even), tokens [B, S, 4C]
+    const auto mostly_even = [&](std::int64_t small_max) {
+      const std::int64_t h = in.dim(small_max);
+      if (h <= 0 || h >= (std::int64_t{1} << 40)) return h;
+      return 2 * h + (in.small(0, 7) == 0 ? 1 : 0);
+    };
+    const DType t = in.dtype();
+    const std::int64_t shape[4] = {in.dim(3), in.dim(5), mostly_even(4), mostly_even(6)};
+    // Mostly rank 4; sometimes its last three dims alone.
+    const int rank = in.small(0, 7) == 0 ? 3 : 4;
+    const TensorView latents = in.view(t, rank, shape + (4 - rank));
+    // The tokens' shape where the dims are small enough to compute it; sometimes one dim off.
+    const bool small = std::all_of(
+        shape, shape + 4, [](std::int64_t s) { return s > 0 && s < (std::int64_t{1} << 20); });
+    std::int64_t tokens_shape[3] = {shape[0], small ? (shape[2] / 2) * (shape[3] / 2) : in.dim(9),
+                                    small ? 4 * shape[1] : in.dim(40)};
+    if (small && in.small(0, 7) == 0) tokens_shape[in.small(0, 2)] += in.small(-1, 1);
+    const DType token_dtype = in.small(0, 7) == 0 ? in.dtype() : t;
+    TensorView tokens = in.view(token_dtype, in.small(0, 7) == 0 ? 2 : 3, tokens_shape);
+    // The output sometimes over its input's memory (refused: a permutation never is in place).
+    if (in.small(0, 7) == 0) tokens.data = latents.data;
+    if (op == 22) {
+      call.views = {latents, tokens};
+      call.run = [=] { latent_pack_forward(latents, tokens); };
+      call.validate = [=] { detail::latent_pack_forward_call(latents, tokens); };
+    } else {
+      call.views = {tokens, latents};
+      call.run = [=] { latent_pack_backward(tokens, latents); };
+      call.validate = [=] { detail::latent_pack_backward_call(tokens, latents); };
+    }
+    return call;
+  }
+  if (op >= 20) {  // latent_normalize: z of rank 2 to 4, [C] constants, the output in place or not
+    const LatentNormalizeOptions options{in.coin() ? LatentTransform::Denormalize
+                                                   : LatentTransform::Normalize};
+    const std::int64_t shape[4] = {in.dim(3), in.dim(17), in.dim(5), in.dim(40)};
+    const int rank = static_cast<int>(in.small(2, 4));
+    const TensorView z = in.view(in.dtype(), rank, shape + (4 - rank));
+    const auto constants = [&] {
+      const std::int64_t channels[1] = {in.small(0, 7) == 0 ? in.dim(17) : z.shape[1]};
+      return in.view(in.coin() ? DType::F32 : in.dtype(), 1, channels);
+    };
+    const TensorView std_dev = constants();
+    const TensorView out = in.coin() ? z : in.same_shape(in.dtype(), z);
+    if (op == 20) {
+      const TensorView mean = constants();
+      call.views = {z, mean, std_dev, out};
+      call.run = [=] { latent_normalize_forward(z, mean, std_dev, out, options); };
+      call.validate = [=] {
+        detail::latent_normalize_forward_call(z, mean, std_dev, out, options);
+      };
+    } else {
+      call.views = {z, std_dev, out};
+      call.run = [=] { latent_normalize_backward(z, std_dev, out, options); };
+      call.validate = [=] { detail::latent_normalize_backward_call(z, std_dev, out, options); };
+    }
+    return call;
+  }
   if (op >= 16) {  // flow_sde_step, flow_sde_logp: latents of rank 2 to 4, steps valid or not
     const auto pick = [&](std::initializer_list<float> values) {
       return values.begin()[in.small(0, static_cast<std::int64_t>(values.size()) - 1)];

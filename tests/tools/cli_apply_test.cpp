@@ -105,6 +105,9 @@ TEST_F(CliTest, EveryOpsApplyCommandWritesTheLibrarysBytes) {
     if (config.activation) {
       args.insert(args.end(), {"--activation", activation_name(*config.activation)});
     }
+    if (config.transform) {
+      args.insert(args.end(), {"--transform", latent_transform_name(*config.transform)});
+    }
     if (detail::descriptor(config.op).option("text_len") != nullptr) {
       args.insert(args.end(), {"--text-len", std::to_string(shape.text_len)});
     }

@@ -128,6 +128,9 @@ Call<LinearBackwardProblem> linear_backward_call(
     const std::optional<TensorView>& db, const LinearOptions& options) {
   const std::int64_t n = check_linear_inputs(x, weight, bias);
   check_rows_of("dy", dy, x, n);
+  // A call that computes nothing would still have its reference sum every row (the fuzzer's
+  // stride-0 x of any M): refused, as the other backwards refuse one.
+  if (!dx && !dw && !db) throw Error("dx", "dx, dw or db (at least one output)", "none");
   if (dx) {
     check_view("dx", *dx, 1, kMaxRank, {kLinearRowsRank});
     check_same_shape("dx", *dx, "x", x);

@@ -297,4 +297,8 @@ const FlowSdeKernels& gemm_flow_sde_kernels(Isa isa) {
   return path_for(gemm_isa(isa)).flow_sde;
 }
 
+LatentNormalizeRow gemm_latent_normalize_row(Isa isa) {
+  return path_for(gemm_isa(isa)).latent_normalize;
+}
+
 }  // namespace kernel_align::cpu

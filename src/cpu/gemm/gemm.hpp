@@ -6,6 +6,7 @@
 
 #include "api/gemm_problem.hpp"
 #include "cpu/gemm/flow_sde_row.hpp"
+#include "cpu/gemm/latent_row.hpp"
 #include "kernel_align/runtime.hpp"
 
 namespace kernel_align::cpu {
@@ -31,5 +32,8 @@ void gemm_attention_probabilities(Isa isa, float* row, std::int64_t n, float sca
 
 // The SDE step's row kernels of gemm_isa(isa)'s path (flow_sde_simd.hpp).
 const FlowSdeKernels& gemm_flow_sde_kernels(Isa isa);
+
+// latent_normalize's row kernel of gemm_isa(isa)'s path (latent_simd.hpp).
+LatentNormalizeRow gemm_latent_normalize_row(Isa isa);
 
 }  // namespace kernel_align::cpu

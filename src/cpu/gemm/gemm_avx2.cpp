@@ -8,6 +8,7 @@
 #include "cpu/gemm/activation_simd.hpp"
 #include "cpu/gemm/attention_simd.hpp"
 #include "cpu/gemm/flow_sde_simd.hpp"
+#include "cpu/gemm/latent_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -176,7 +177,8 @@ const GemmPath& gemm_path_avx2() {
                              &pack_lines_by_transposes<Avx2Transposer>,
                              &run_activation<Avx2GemmOps>,
                              &run_attention_probabilities<Avx2GemmOps>,
-                             flow_sde_kernels<Avx2GemmOps>()};
+                             flow_sde_kernels<Avx2GemmOps>(),
+                             &run_latent_normalize_row<Avx2GemmOps>};
   return path;
 }
 

@@ -18,6 +18,7 @@
 #include "cpu/gemm/activation_simd.hpp"
 #include "cpu/gemm/attention_simd.hpp"
 #include "cpu/gemm/flow_sde_simd.hpp"
+#include "cpu/gemm/latent_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -199,7 +200,8 @@ const GemmPath& gemm_path_avx512() {
                              &pack_lines_by_transposes<Avx512Transposer>,
                              &run_activation<Avx512GemmOps>,
                              &run_attention_probabilities<Avx512GemmOps>,
-                             flow_sde_kernels<Avx512GemmOps>()};
+                             flow_sde_kernels<Avx512GemmOps>(),
+                             &run_latent_normalize_row<Avx512GemmOps>};
   return path;
 }
 

@@ -3,6 +3,7 @@
 // (contract::fma_rn is the C library's correctly rounded fmaf where the CPU lacks FMA).
 #include "cpu/gemm/attention_simd.hpp"
 #include "cpu/gemm/flow_sde_simd.hpp"
+#include "cpu/gemm/latent_simd.hpp"
 #include "cpu/gemm/micro_kernel.hpp"
 
 namespace kernel_align::cpu {
@@ -27,6 +28,7 @@ struct PortableGemmOps {
   static F set1(float v) { return v; }
   static F sub(F a, F b) { return contract::sub(a, b); }
   static F mul(F a, F b) { return contract::mul(a, b); }
+  static F div(F a, F b) { return contract::div(a, b); }
   static F load_leaf_column(const float* p) { return *p; }
   static F activate(contract::Activation a, F z) { return contract::activate(a, z); }
   static F activate_backward(contract::Activation a, F dy, F z) {
@@ -50,7 +52,8 @@ const GemmPath& gemm_path_portable() {
                              nullptr,
                              &run_activation<PortableGemmOps>,
                              &run_attention_probabilities_scalar,
-                             flow_sde_kernels<PortableGemmOps>()};
+                             flow_sde_kernels<PortableGemmOps>(),
+                             &run_latent_normalize_row<PortableGemmOps>};
   return path;
 }
 

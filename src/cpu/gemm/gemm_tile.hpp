@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cpu/gemm/flow_sde_row.hpp"
+#include "cpu/gemm/latent_row.hpp"
 #include "kernel_align/contract/activation.hpp"
 #include "kernel_align/dtype.hpp"
 
@@ -80,6 +81,8 @@ struct GemmPath {
   void (*attention_probabilities)(float* row, std::int64_t n, float scale);
   // Flow-GRPO's SDE step and log-probability (flow_sde_simd.hpp).
   FlowSdeKernels flow_sde;
+  // latent_normalize's row (latent_simd.hpp).
+  LatentNormalizeRow latent_normalize;
 };
 
 const GemmPath& gemm_path_portable();
