@@ -19,4 +19,5 @@
   X(FlowSdeStep, flow_sde_step)             \
   X(FlowSdeLogp, flow_sde_logp)             \
   X(LatentNormalize, latent_normalize)      \
-  X(LatentPack, latent_pack)
+  X(LatentPack, latent_pack)                \
+  X(TrueCfg, true_cfg)

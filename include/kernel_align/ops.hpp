@@ -284,6 +284,24 @@ void latent_pack_forward(const ConstTensorView& x, const TensorView& y,
 void latent_pack_backward(const ConstTensorView& dy, const TensorView& dx,
                           const ExecutionContext& context = {});
 
+// True classifier-free guidance with Qwen-Image's norm rescale, per row (the last dim, a
+// token's channels; docs/contract.md section 17), fp32 arithmetic whatever the dtypes:
+// c = uncond + scale (cond - uncond), v = c * (|cond| / |c|), the norms' sums of squares
+// by the row tree; one rounding to v's dtype. cond, uncond and v: rank 1 to 4, the same
+// shape, any float dtypes and strides; v may be cond or uncond (in place). A row's bytes
+// depend on that row alone. Errors name cond, uncond, v and scale (not finite).
+void true_cfg_forward(const ConstTensorView& cond, const ConstTensorView& uncond,
+                      const TensorView& v, const TrueCfgOptions& options = {},
+                      const ExecutionContext& context = {});
+
+// Its gradients with respect to cond and uncond (the contract's formulas, section 17),
+// each rounded once; either may be absent, not both. Errors as the forward, and dv, dcond,
+// duncond.
+void true_cfg_backward(const ConstTensorView& cond, const ConstTensorView& uncond,
+                       const ConstTensorView& dv, const std::optional<TensorView>& dcond,
+                       const std::optional<TensorView>& duncond, const TrueCfgOptions& options = {},
+                       const ExecutionContext& context = {});
+
 // An option given as a double (a Python float, a number on the command line) as the
 // fp32 value the contract computes with, rounded to nearest: Error naming `argument`
 // when the value is not finite, overflows fp32 or underflows to 0 from a nonzero value

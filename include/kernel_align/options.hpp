@@ -104,6 +104,11 @@ struct LatentNormalizeOptions {
   LatentTransform transform = LatentTransform::Normalize;
 };
 
+// true_cfg_forward / _backward: the guidance scale (the pipelines' true_cfg_scale).
+struct TrueCfgOptions {
+  float scale = 4.0f;  // Qwen-Image's default; finite (Error "scale")
+};
+
 // adaln_gate_residual_forward / _backward.
 struct GateResidualOptions {
   NormMode mode = NormMode::Diffusers;  // whether the forward rounds gate * y before the add

@@ -293,6 +293,14 @@ _OPERATORS = (
     _Operator("latent_pack_backward(Tensor tokens, SymInt height, SymInt width) -> Tensor",
               lambda a: a.tokens.new_empty((a.tokens.shape[0], a.tokens.shape[2] // 4, a.height,
                                             a.width))),
+    # true_cfg (csrc/true_cfg.cpp): v like cond; the gradients like cond and uncond, an
+    # empty tensor for one the mask leaves out.
+    _Operator("true_cfg(Tensor cond, Tensor uncond, float scale) -> Tensor",
+              lambda a: _like(a.cond)),
+    _Operator("true_cfg_backward(Tensor cond, Tensor uncond, Tensor dv, float scale, "
+              "bool[2] output_mask) -> (Tensor, Tensor)",
+              lambda a: tuple(_like(t) if wanted else a.cond.new_empty((0,))
+                              for t, wanted in zip((a.cond, a.uncond), a.output_mask))),
 )
 
 

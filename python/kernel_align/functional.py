@@ -77,6 +77,7 @@ __all__ = [
     "multi_axis_rope_",
     "qk_norm_rope",
     "qk_norm_rope_",
+    "true_cfg",
 ]
 
 
@@ -743,3 +744,49 @@ def latent_grid(height: int, width: int, vae_scale_factor: int = 8) -> tuple[int
                              f"found {pixels}")
         grid.append(2 * (pixels // (factor * 2)))
     return grid[0], grid[1]
+
+
+def true_cfg(cond: torch.Tensor, uncond: torch.Tensor, scale: float = 4.0) -> torch.Tensor:
+    """True classifier-free guidance with Qwen-Image's norm rescale, under the contract
+    (docs/contract.md section 17). The pipelines combine the transformer's two predictions
+    as
+
+        comb_pred = neg_noise_pred + true_cfg_scale * (noise_pred - neg_noise_pred)
+        cond_norm = torch.norm(noise_pred, dim=-1, keepdim=True)
+        noise_norm = torch.norm(comb_pred, dim=-1, keepdim=True)
+        noise_pred = comb_pred * (cond_norm / noise_norm)
+
+    with ``noise_pred`` the prompt's prediction (``cond``) and ``neg_noise_pred`` the
+    negative prompt's (``uncond``), the norms over the last dim (a token's channels). Here
+    that is fp32 arithmetic whatever the dtypes, each operation rounded once to fp32, the
+    two sums of squares by the contract's fixed row tree, and one rounding to cond's dtype,
+    so a token's bytes depend on its two rows alone: a sampler that runs both predictions
+    as one batch of 2B and a trainer that runs them apart compute the same bits (torch's
+    ``torch.norm`` picks its reduction order by shape and kernel). A row whose combined
+    prediction is zero gives NaN, as the pipeline's expression does. Differentiable in cond
+    and uncond (first order: the exact gradient of the real function, in fp32 operations,
+    rounded once to each input's dtype); works under ``torch.compile``.
+
+    Args:
+        cond: the conditional prediction (the pipelines' ``noise_pred``), rank 1 to 4 with
+            the channels last (``[B, S, C]`` for the packed latents' tokens), fp32, bf16 or
+            fp16, any strides.
+        uncond: the unconditional prediction (``neg_noise_pred``), cond's shape, any of the
+            three dtypes and any strides.
+        scale: the guidance scale, the pipelines' ``true_cfg_scale`` (4.0 by default, as
+            theirs), finite and representable in fp32.
+
+    Returns:
+        A new tensor of cond's shape, dtype and strides (``torch.empty_like``).
+
+    Raises:
+        TypeError: cond or uncond not a dense tensor or of a dtype the library lacks, a
+            scale that is not a real number.
+        ValueError: uncond not of cond's shape, a rank outside 1 to 4, an empty tensor, a
+            scale that is not finite or not representable in fp32, tensors on two devices
+            or not on a supported device.
+        NotImplementedError: a double backward through this op.
+    """
+    op = "true_cfg"
+    check_tensors(op, cond=cond, uncond=uncond)
+    return ops.true_cfg(cond, uncond, as_float(op, "scale", scale))

@@ -25,8 +25,9 @@ and true CFG is ``v = uncond + scale (cond - uncond)``, rescaled per token to th
 conditional prediction's norm, as the Qwen-Image pipeline does. Under the contract the
 step is the library's ``flow_sde_step_logp`` (docs/contract.md section 15: the step's
 constants each its exact expression rounded once to fp32, fp32 elementwise steps, each
-sample's squared distance summed by linear's fixed tree), and the CFG rescale's per-token
-norms are sums of squares by ``kernel_align.linear``'s tree, a row at a time.
+sample's squared distance summed by linear's fixed tree), and true CFG is the library's
+``true_cfg`` (section 17: fp32 arithmetic, each token's two sums of squares by the row
+tree over that token's channels alone).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import time
 import torch
 
 from . import diffusers as ka_diffusers
-from .functional import flow_sde_step_logp, linear
+from .functional import flow_sde_step_logp, true_cfg
 
 __all__ = ["grpo"]
 
@@ -48,24 +49,15 @@ _NOISE_LEVEL = 0.7  # Flow-GRPO's default
 _CFG_SCALE = 4.0  # the Qwen-Image pipeline's true_cfg_scale default
 
 
-def _row_sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
-    """Each row's sum of squares by linear's tree, a row at a time: a row's bytes depend
-    on that row alone."""
-    return torch.cat([linear(r[None], r[None]) for r in rows]).reshape(rows.shape[0])
-
-
 def _cfg(cond: torch.Tensor, uncond: torch.Tensor, contract: bool) -> torch.Tensor:
-    """True CFG with the pipeline's norm rescale, per token over the channels."""
+    """True CFG with the pipeline's norm rescale, per token over the channels: the
+    pipeline's torch expression, or under the contract ``kernel_align.true_cfg``."""
+    if contract:
+        return true_cfg(cond, uncond, _CFG_SCALE)
     combined = uncond + _CFG_SCALE * (cond - uncond)
-    if not contract:
-        cond_norm = torch.norm(cond, dim=-1, keepdim=True)
-        combined_norm = torch.norm(combined, dim=-1, keepdim=True)
-        return combined * (cond_norm / combined_norm)
-    channels = cond.shape[-1]
-    cond_norm = _row_sums_of_squares(cond.reshape(-1, channels)).sqrt()
-    combined_norm = _row_sums_of_squares(combined.reshape(-1, channels)).sqrt()
-    ratio = (cond_norm / combined_norm).reshape(*cond.shape[:-1], 1)
-    return combined * ratio
+    cond_norm = torch.norm(cond, dim=-1, keepdim=True)
+    combined_norm = torch.norm(combined, dim=-1, keepdim=True)
+    return combined * (cond_norm / combined_norm)
 
 
 def _step(x: torch.Tensor, v: torch.Tensor, sigma: float, sigma_prev: float,

@@ -16,6 +16,7 @@ constexpr OptionSpec kSigmaPrev{"sigma_prev", OptionKind::Float, {}};
 constexpr OptionSpec kNoiseLevel{"noise_level", OptionKind::Float, {}};
 constexpr OptionSpec kSigmaMax{"sigma_max", OptionKind::Float, {}};
 constexpr OptionSpec kTransform{"transform", OptionKind::Choice, {"normalize", "denormalize"}};
+constexpr OptionSpec kScale{"scale", OptionKind::Float, {}};
 constexpr OptionSpec kHeight{"height", OptionKind::Integer, {}};
 constexpr OptionSpec kWidth{"width", OptionKind::Integer, {}};
 
@@ -176,6 +177,13 @@ constexpr OpDescriptor kDescriptors[] = {
      .backward = signature({in("dy"), unpacked_out("dx", "dy")}),
      .option_count = 2,
      .op = OpType::LatentPack},
+    {.reduction_tree = "tree16-v1",
+     .option_list = {kScale},
+     .forward = signature({in("cond"), in("uncond"), out("v", "cond", {"cond", "uncond"})}),
+     .backward = signature({in("cond"), in("uncond"), in("dv"), optional_out("dcond", "cond"),
+                            optional_out("duncond", "uncond")}),
+     .option_count = 1,
+     .op = OpType::TrueCfg},
 };
 static_assert(sizeof kDescriptors / sizeof kDescriptors[0] == kOpCount,
               "one descriptor per op of op_list.hpp");

@@ -11,6 +11,7 @@
 #include "api/activation_problem.hpp"
 #include "api/adaln_problem.hpp"
 #include "api/attention_problem.hpp"
+#include "api/cfg_problem.hpp"
 #include "api/flow_sde_problem.hpp"
 #include "api/gate_residual_problem.hpp"
 #include "api/gemm_problem.hpp"
@@ -227,6 +228,8 @@ KERNEL_ALIGN_PROBLEM(LatentNormalize, Forward, LatentNormalizeProblem)
 KERNEL_ALIGN_PROBLEM(LatentNormalize, Backward, LatentNormalizeProblem)
 KERNEL_ALIGN_PROBLEM(LatentPack, Forward, LatentPackProblem)
 KERNEL_ALIGN_PROBLEM(LatentPack, Backward, LatentUnpackProblem)
+KERNEL_ALIGN_PROBLEM(TrueCfg, Forward, TrueCfgProblem)
+KERNEL_ALIGN_PROBLEM(TrueCfg, Backward, TrueCfgBackwardProblem)
 #undef KERNEL_ALIGN_PROBLEM
 template <OpType op, Direction d>
 using Problem = typename ProblemOf<op, d>::type;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "cuda/attention_plan.hpp"
+#include "cuda/cfg_plan.hpp"
 #include "cuda/flow_sde_plan.hpp"
 #include "cuda/latent_plan.hpp"
 #include "cuda/modulation_plan.hpp"
@@ -38,4 +39,6 @@
   X(LatentNormalize, Forward, latent_normalize)          \
   X(LatentNormalize, Backward, latent_normalize)         \
   X(LatentPack, Forward, latent_pack)                    \
-  X(LatentPack, Backward, latent_unpack)
+  X(LatentPack, Backward, latent_unpack)                 \
+  X(TrueCfg, Forward, true_cfg_forward)                  \
+  X(TrueCfg, Backward, true_cfg_backward)

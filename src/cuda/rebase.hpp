@@ -348,4 +348,24 @@ detail::FlowSdeLogpBackwardProblem rebased(const detail::FlowSdeLogpBackwardProb
   return r;
 }
 
+template <class Mirror>
+detail::TrueCfgProblem rebased(const detail::TrueCfgProblem& p, Mirror& m) {
+  detail::TrueCfgProblem r = p;
+  r.cond = m.map(p.cond, false);
+  r.uncond = m.map(p.uncond, false);
+  r.v = m.map(p.v, true);
+  return r;
+}
+
+template <class Mirror>
+detail::TrueCfgBackwardProblem rebased(const detail::TrueCfgBackwardProblem& p, Mirror& m) {
+  detail::TrueCfgBackwardProblem r = p;
+  r.cond = m.map(p.cond, false);
+  r.uncond = m.map(p.uncond, false);
+  r.dv = m.map(p.dv, false);
+  r.dcond = rebased_output(p.dcond, m);
+  r.duncond = rebased_output(p.duncond, m);
+  return r;
+}
+
 }  // namespace kernel_align::cuda

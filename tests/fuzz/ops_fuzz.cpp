@@ -6,7 +6,8 @@
 // gradients, the activation's kinds and ranks, the SDE step's and log-probability's steps
 // (valid or not), per-sample vectors and optional gradients, the latent normalization's
 // transforms, ranks and per-channel constants (of C or another length), the patchify's
-// latents (H and W mostly even) and tokens (mostly of the latents' shape and dtype), bool
+// latents (H and W mostly even) and tokens (mostly of the latents' shape and dtype), the
+// guidance's rows, scales (finite or not) and optional gradients, bool
 // tensors where numbers belong, outputs in place or anywhere (overlapping
 // inputs and each other, or beside them with the same strides: byte ranges that interleave, with or
 // without a common element), pointers off their dtype's alignment. The validation must accept a
@@ -38,6 +39,7 @@
 #include "api/ops/multi_axis_rope.hpp"
 #include "api/ops/qk_norm_rope.hpp"
 #include "api/ops/qk_rmsnorm.hpp"
+#include "api/ops/true_cfg.hpp"
 #include "cuda/emulator/emulated_backend.hpp"
 #include "kernel_align/error.hpp"
 #include "kernel_align/ops.hpp"
@@ -194,12 +196,39 @@ struct Call {
 Call decode(FuzzedDataProvider& f, Arena& arena) {
   Decoder in(f, arena);
   Call call;
-  const int op = f.ConsumeIntegralInRange<int>(0, 23);
+  const int op = f.ConsumeIntegralInRange<int>(0, 25);
   const std::int64_t half = in.dim(40);  // D = 2 * half, or whatever half is when unusual
   const std::int64_t d = half > 0 && half < (std::int64_t{1} << 40) ? 2 * half : half;
   const auto add = [&](const auto& v) {
     if (v) call.views.push_back(*v);
   };
+  if (op >= 24) {  // true_cfg: rows [..., D], rank 1 to 4; v in place or not; any scale
+    const std::int64_t shape[4] = {in.dim(3), in.dim(5), in.dim(3), d};
+    const int rank = static_cast<int>(in.small(1, 4));
+    const TensorView cond = in.view(in.dtype(), rank, shape + (4 - rank));
+    const TensorView uncond = in.same_shape(in.dtype(), cond);
+    const TrueCfgOptions options{in.small(0, 7) == 0 ? INFINITY
+                                                     : static_cast<float>(in.small(-4, 8))};
+    if (op == 24) {
+      const TensorView v = in.coin() ? uncond : in.same_shape(in.dtype(), cond);
+      call.views = {cond, uncond, v};
+      call.run = [=] { true_cfg_forward(cond, uncond, v, options); };
+      call.validate = [=] { detail::true_cfg_forward_call(cond, uncond, v, options); };
+    } else {
+      const TensorView dv = in.same_shape(in.dtype(), cond);
+      std::optional<TensorView> dcond, duncond;
+      if (in.coin()) dcond = in.same_shape(in.dtype(), cond);
+      if (in.coin()) duncond = in.same_shape(in.dtype(), cond);
+      call.views = {cond, uncond, dv};
+      add(dcond);
+      add(duncond);
+      call.run = [=] { true_cfg_backward(cond, uncond, dv, dcond, duncond, options); };
+      call.validate = [=] {
+        detail::true_cfg_backward_call(cond, uncond, dv, dcond, duncond, options);
+      };
+    }
+    return call;
+  }
   if (op >= 22) {  // latent_pack: latents [B, C, H, W] (H, W mostly even), tokens [B, S, 4C]
     const auto mostly_even = [&](std::int64_t small_max) {
       const std::int64_t h = in.dim(small_max);

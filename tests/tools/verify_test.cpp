@@ -29,14 +29,15 @@ namespace {
 // 2 x 3 x 3 activations, attention 2 x 3 x 2 layouts, adaln_modulation and
 // adaln_gate_residual 2 x 3 x 2 modes each, activation 2 x 3 x 3 kinds, flow_sde_step and
 // flow_sde_logp 2 x 3 each (no enumerated option), latent_normalize 2 x 3 x 2 transforms,
-// latent_pack 2 x 3.
+// latent_pack 2 x 3, true_cfg 2 x 3.
 constexpr std::size_t kRmsNormConfigs = 12, kRopeConfigs = 24, kFusedConfigs = 48,
                       kLinearConfigs = 18, kAttentionConfigs = 12, kAdaLnConfigs = 12,
                       kGateResidualConfigs = 12, kActivationConfigs = 18, kFlowSdeConfigs = 12,
-                      kLatentConfigs = 12 + 6;
+                      kLatentConfigs = 12 + 6, kCfgConfigs = 6;
 constexpr std::size_t kConfigs = kRmsNormConfigs + kRopeConfigs + kFusedConfigs + kLinearConfigs +
                                  kAttentionConfigs + kAdaLnConfigs + kGateResidualConfigs +
-                                 kActivationConfigs + kFlowSdeConfigs + kLatentConfigs;
+                                 kActivationConfigs + kFlowSdeConfigs + kLatentConfigs +
+                                 kCfgConfigs;
 constexpr std::size_t kQuickShapes = 4;
 // The one --quick shape the in-process tests run: 16 text + 8 x 8 image tokens, 8 heads.
 const std::vector<std::string> kOneQuickShape{"--quick", "--shape", "t2i_128x128"};
