@@ -301,4 +301,8 @@ LatentNormalizeRow gemm_latent_normalize_row(Isa isa) {
   return path_for(gemm_isa(isa)).latent_normalize;
 }
 
+const LatentPackPairs& gemm_latent_pack_pairs(Isa isa) {
+  return path_for(gemm_isa(isa)).latent_pack_pairs;
+}
+
 }  // namespace kernel_align::cpu

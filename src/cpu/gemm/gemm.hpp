@@ -35,5 +35,7 @@ const FlowSdeKernels& gemm_flow_sde_kernels(Isa isa);
 
 // latent_normalize's row kernel of gemm_isa(isa)'s path (latent_simd.hpp).
 LatentNormalizeRow gemm_latent_normalize_row(Isa isa);
+// latent_pack's fp32 pair kernel of gemm_isa(isa)'s path (run null on portable).
+const LatentPackPairs& gemm_latent_pack_pairs(Isa isa);
 
 }  // namespace kernel_align::cpu

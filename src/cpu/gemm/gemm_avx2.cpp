@@ -78,6 +78,25 @@ struct Avx2GemmOps {
   static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F div(F a, F b) { return _mm256_div_ps(a, b); }
+
+  // latent_pack's pairs (latent_simd.hpp): 4 of 8 bytes a vector.
+  using Pairs = __m256i;
+  static constexpr int kPairs = 4;
+  static Pairs load_pairs(const char* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static void store_pairs(char* p, Pairs v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+  }
+  // rows[k][m] -> rows[m][k]: pairs of rows, then 128-bit lanes.
+  static void transpose_pairs(Pairs (&r)[4]) {
+    const Pairs t0 = _mm256_unpacklo_epi64(r[0], r[1]), t1 = _mm256_unpackhi_epi64(r[0], r[1]);
+    const Pairs t2 = _mm256_unpacklo_epi64(r[2], r[3]), t3 = _mm256_unpackhi_epi64(r[2], r[3]);
+    r[0] = _mm256_permute2x128_si256(t0, t2, 0x20);
+    r[2] = _mm256_permute2x128_si256(t0, t2, 0x31);
+    r[1] = _mm256_permute2x128_si256(t1, t3, 0x20);
+    r[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
+  }
   static M lt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
   static M le(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
   static M gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
@@ -178,7 +197,8 @@ const GemmPath& gemm_path_avx2() {
                              &run_activation<Avx2GemmOps>,
                              &run_attention_probabilities<Avx2GemmOps>,
                              flow_sde_kernels<Avx2GemmOps>(),
-                             &run_latent_normalize_row<Avx2GemmOps>};
+                             &run_latent_normalize_row<Avx2GemmOps>,
+                             latent_pack_pairs<Avx2GemmOps>()};
   return path;
 }
 

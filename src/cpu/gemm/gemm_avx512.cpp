@@ -89,6 +89,31 @@ struct Avx512GemmOps {
   static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F div(F a, F b) { return _mm512_div_ps(a, b); }
+
+  // latent_pack's pairs (latent_simd.hpp): 8 of 8 bytes a vector.
+  using Pairs = __m512i;
+  static constexpr int kPairs = 8;
+  static Pairs load_pairs(const char* p) { return _mm512_loadu_si512(p); }
+  static void store_pairs(char* p, Pairs v) { _mm512_storeu_si512(p, v); }
+  // rows[k][m] -> rows[m][k]: pairs of rows, then 128-bit lanes twice.
+  static void transpose_pairs(Pairs (&r)[8]) {
+    const Pairs t0 = _mm512_unpacklo_epi64(r[0], r[1]), t1 = _mm512_unpackhi_epi64(r[0], r[1]);
+    const Pairs t2 = _mm512_unpacklo_epi64(r[2], r[3]), t3 = _mm512_unpackhi_epi64(r[2], r[3]);
+    const Pairs t4 = _mm512_unpacklo_epi64(r[4], r[5]), t5 = _mm512_unpackhi_epi64(r[4], r[5]);
+    const Pairs t6 = _mm512_unpacklo_epi64(r[6], r[7]), t7 = _mm512_unpackhi_epi64(r[6], r[7]);
+    const Pairs u0 = _mm512_shuffle_i64x2(t0, t2, 0x88), u1 = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+    const Pairs u2 = _mm512_shuffle_i64x2(t1, t3, 0x88), u3 = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+    const Pairs u4 = _mm512_shuffle_i64x2(t4, t6, 0x88), u5 = _mm512_shuffle_i64x2(t4, t6, 0xDD);
+    const Pairs u6 = _mm512_shuffle_i64x2(t5, t7, 0x88), u7 = _mm512_shuffle_i64x2(t5, t7, 0xDD);
+    r[0] = _mm512_shuffle_i64x2(u0, u4, 0x88);
+    r[4] = _mm512_shuffle_i64x2(u0, u4, 0xDD);
+    r[2] = _mm512_shuffle_i64x2(u1, u5, 0x88);
+    r[6] = _mm512_shuffle_i64x2(u1, u5, 0xDD);
+    r[1] = _mm512_shuffle_i64x2(u2, u6, 0x88);
+    r[5] = _mm512_shuffle_i64x2(u2, u6, 0xDD);
+    r[3] = _mm512_shuffle_i64x2(u3, u7, 0x88);
+    r[7] = _mm512_shuffle_i64x2(u3, u7, 0xDD);
+  }
   static M lt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
   static M le(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
   static M gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
@@ -201,7 +226,8 @@ const GemmPath& gemm_path_avx512() {
                              &run_activation<Avx512GemmOps>,
                              &run_attention_probabilities<Avx512GemmOps>,
                              flow_sde_kernels<Avx512GemmOps>(),
-                             &run_latent_normalize_row<Avx512GemmOps>};
+                             &run_latent_normalize_row<Avx512GemmOps>,
+                             latent_pack_pairs<Avx512GemmOps>()};
   return path;
 }
 

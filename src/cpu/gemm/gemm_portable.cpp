@@ -53,7 +53,8 @@ const GemmPath& gemm_path_portable() {
                              &run_activation<PortableGemmOps>,
                              &run_attention_probabilities_scalar,
                              flow_sde_kernels<PortableGemmOps>(),
-                             &run_latent_normalize_row<PortableGemmOps>};
+                             &run_latent_normalize_row<PortableGemmOps>,
+                             {}};
   return path;
 }
 

@@ -83,6 +83,9 @@ struct GemmPath {
   FlowSdeKernels flow_sde;
   // latent_normalize's row (latent_simd.hpp).
   LatentNormalizeRow latent_normalize;
+  // latent_pack's fp32 pairs by register transposes (latent_simd.hpp); none on portable,
+  // whose one lane is the pair-at-a-time copy.
+  LatentPackPairs latent_pack_pairs;
 };
 
 const GemmPath& gemm_path_portable();

@@ -4,7 +4,9 @@
 // scalar function (the same bits). The patchify: a pair of latent rows (2i, 2i + 1) of a
 // sample a unit of work, whose tokens i * W/2 .. (i + 1) * W/2 - 1 it fills (or reads)
 // whole; where the latents' W and the tokens' features are unit-stride, each token's two
-// adjacent elements of a latent row move as one word.
+// adjacent elements of a latent row move as one word, and fp32 words by the path's
+// register transposes (cpu/gemm/latent_simd.hpp) where it has them.
+#include <algorithm>
 #include <cstring>
 
 #include "cpu/cpu_backend.hpp"
@@ -24,10 +26,14 @@ void latent_normalize(const detail::LatentNormalizeProblem& p, registry::Executi
   const std::int64_t in_step = p.in.strides[p.in.rank - 1];
   const std::int64_t out_step = p.out.strides[p.out.rank - 1];
   const bool unit = in_step == 1 && out_step == 1;
+  // Rows h of a channel's [H, W] plane follow each other in memory, in and out.
+  const bool planes = unit && p.in.rank == 4 && p.in.strides[2] == d && p.out.strides[2] == d;
   const bool gradient = p.mean.data == nullptr;
   const detail::RowIndexer in_rows(p.in), out_rows{ConstTensorView(p.out)};
+  const auto in_size = static_cast<std::int64_t>(dtype_size(p.in.dtype));
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.out.dtype));
   for_rows(detail::row_count(p.in), static_cast<int>(d), exec, [&](RowRange range) {
-    for (std::int64_t r = range.begin; r < range.end; ++r) {
+    for (std::int64_t r = range.begin; r < range.end;) {
       const std::int64_t c = detail::latent_channel_of_row(r, channels, per_channel);
       const contract::LatentChannel k = contract::latent_channel(
           p.denormalize, gradient,
@@ -35,10 +41,14 @@ void latent_normalize(const detail::LatentNormalizeProblem& p, registry::Executi
           contract::load_f32(p.std.dtype, p.std.data, c * p.std.strides[0]));
       const std::int64_t in0 = in_rows.offset(r), out0 = out_rows.offset(r);
       if (unit) {
-        const std::size_t in_size = dtype_size(p.in.dtype), out_size = dtype_size(p.out.dtype);
-        vector_row({static_cast<const char*>(p.in.data) + in0 * static_cast<std::int64_t>(in_size),
-                    static_cast<char*>(p.out.data) + out0 * static_cast<std::int64_t>(out_size), d,
-                    k, p.in.dtype, p.out.dtype});
+        // A contiguous [H, W] plane's rows from r are one vector row: a row of W alone
+        // spent much of its time on its channel's and offsets' integer divisions.
+        const std::int64_t plane_end = (r / per_channel + 1) * per_channel;
+        const std::int64_t end = planes ? std::min(plane_end, range.end) : r + 1;
+        vector_row({static_cast<const char*>(p.in.data) + in0 * in_size,
+                    static_cast<char*>(p.out.data) + out0 * out_size, (end - r) * d, k, p.in.dtype,
+                    p.out.dtype});
+        r = end;
         continue;
       }
       for (std::int64_t i = 0; i < d; ++i) {
@@ -46,6 +56,7 @@ void latent_normalize(const detail::LatentNormalizeProblem& p, registry::Executi
         contract::store_output(p.out.dtype, p.out.data, out0 + i * out_step,
                                contract::latent_normalized(k, z));
       }
+      ++r;
     }
   });
 }
@@ -120,17 +131,28 @@ void move_row_pair_strided(const ConstTensorView& latents, const ConstTensorView
 
 void move_latents(const ConstTensorView& latents, const ConstTensorView& tokens, const Mover& mover,
                   registry::Execution& exec) {
-  // A copy of bytes, the same on every path: the call reports the selected one.
-  exec.isa = isa_name(isa());
-  const std::int64_t pairs = latents.shape[2] / 2;
+  const Isa path = gemm_isa(isa());
+  exec.isa = isa_name(path);
+  const std::int64_t pairs = latents.shape[2] / 2, half_width = latents.shape[3] / 2;
   const bool unit = latents.strides[3] == 1 && tokens.strides[2] == 1;
   const std::size_t size = dtype_size(latents.dtype);
+  // fp32 through the path's register transposes where its channel groups divide C.
+  const LatentPackPairs& vector_pairs = gemm_latent_pack_pairs(path);
+  const bool by_vectors = unit && size == 4 && vector_pairs.run != nullptr &&
+                          latents.shape[1] % vector_pairs.channel_group == 0;
   // A unit's elements, 2 C W, as a row for the pool's threshold.
   const int unit_elements = static_cast<int>(2 * latents.shape[1] * latents.shape[3]);
   for_rows(latents.shape[0] * pairs, unit_elements, exec, [&](RowRange range) {
     for (std::int64_t u = range.begin; u < range.end; ++u) {
       const std::int64_t b = u / pairs, i = u % pairs;
-      if (unit && size == 4) {
+      if (by_vectors) {
+        constexpr std::int64_t kBytes = 4;
+        vector_pairs.run(
+            {mover.from, mover.to, kBytes * (b * latents.strides[0] + 2 * i * latents.strides[2]),
+             kBytes * (b * tokens.strides[0] + i * half_width * tokens.strides[1]),
+             kBytes * latents.strides[1], kBytes * latents.strides[2], kBytes * tokens.strides[1],
+             latents.shape[1], half_width, mover.to_tokens});
+      } else if (unit && size == 4) {
         move_row_pair_unit<std::uint64_t>(latents, tokens, b, i, mover);
       } else if (unit) {
         move_row_pair_unit<std::uint32_t>(latents, tokens, b, i, mover);
