@@ -4,7 +4,8 @@
 
 #include <cstdint>
 
-#include "kernel_align/contract/float_ops.hpp"  // KA_HD
+#include "kernel_align/contract/convert.hpp"
+#include "kernel_align/contract/latent.hpp"
 #include "kernel_align/tensor.hpp"
 
 namespace kernel_align::detail {
@@ -27,6 +28,16 @@ KA_HD static inline std::int64_t latent_channel_of_row(std::int64_t r, std::int6
 // The rows of one channel of one sample: H of [B, C, H, W], 1 of [B, C, L].
 inline std::int64_t latent_rows_per_channel(const ConstTensorView& v) {
   return v.rank == 4 ? v.shape[2] : 1;
+}
+
+// What the call applies to channel c's elements: its constants widened to fp32 (the
+// backward has no mean) as contract::latent_channel takes them. For the host backends.
+inline contract::LatentChannel latent_channel_of(const LatentNormalizeProblem& p, std::int64_t c) {
+  const bool gradient = p.mean.data == nullptr;
+  return contract::latent_channel(
+      p.denormalize, gradient,
+      gradient ? 0.0f : contract::load_f32(p.mean.dtype, p.mean.data, c * p.mean.strides[0]),
+      contract::load_f32(p.std.dtype, p.std.data, c * p.std.strides[0]));
 }
 
 // Forward: latents [B, C, H, W] -> tokens [B, H/2 * W/2, 4C]; backward: tokens -> latents.

@@ -8,30 +8,10 @@
 #include "kernel_align/contract/convert.hpp"
 #include "kernel_align/contract/flow_sde.hpp"
 #include "reference/kernels.hpp"
+#include "reference/view_rows.hpp"
 
 namespace kernel_align::reference {
 namespace {
-
-// Element i of row r of a view, by the view's row indexer.
-class Rows {
- public:
-  explicit Rows(const ConstTensorView& v)
-      : v_(v), rows_(v), step_(v.strides[v.rank - 1]), d_(v.shape[v.rank - 1]) {}
-  std::int64_t d() const { return d_; }
-  std::int64_t index(std::int64_t r, std::int64_t i) const { return rows_.offset(r) + i * step_; }
-  float load(std::int64_t r, std::int64_t i) const {
-    return contract::load_f32(v_.dtype, v_.data, index(r, i));
-  }
-
- private:
-  ConstTensorView v_;
-  detail::RowIndexer rows_;
-  std::int64_t step_, d_;
-};
-
-void store(const TensorView& out, const Rows& rows, std::int64_t r, std::int64_t i, float value) {
-  contract::store_output(out.dtype, out.data, rows.index(r, i), value);
-}
 
 // The rows of one sample of a view whose dim 0 is the sample.
 std::int64_t rows_per_sample(const ConstTensorView& v) {

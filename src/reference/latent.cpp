@@ -21,13 +21,9 @@ void normalize(const detail::LatentNormalizeProblem& p, registry::Execution& exe
   const std::int64_t per_channel = detail::latent_rows_per_channel(p.in);
   const std::int64_t in_step = p.in.strides[p.in.rank - 1];
   const std::int64_t out_step = p.out.strides[p.out.rank - 1];
-  const bool gradient = p.mean.data == nullptr;
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t c = detail::latent_channel_of_row(r, channels, per_channel);
-    const contract::LatentChannel k = contract::latent_channel(
-        p.denormalize, gradient,
-        gradient ? 0.0f : contract::load_f32(p.mean.dtype, p.mean.data, c * p.mean.strides[0]),
-        contract::load_f32(p.std.dtype, p.std.data, c * p.std.strides[0]));
+    const contract::LatentChannel k = detail::latent_channel_of(p, c);
     for (std::int64_t i = 0; i < d; ++i) {
       const float z = contract::load_f32(p.in.dtype, p.in.data, in_rows.offset(r) + i * in_step);
       contract::store_output(p.out.dtype, p.out.data, out_rows.offset(r) + i * out_step,

@@ -28,17 +28,13 @@ void latent_normalize(const detail::LatentNormalizeProblem& p, registry::Executi
   const bool unit = in_step == 1 && out_step == 1;
   // Rows h of a channel's [H, W] plane follow each other in memory, in and out.
   const bool planes = unit && p.in.rank == 4 && p.in.strides[2] == d && p.out.strides[2] == d;
-  const bool gradient = p.mean.data == nullptr;
   const detail::RowIndexer in_rows(p.in), out_rows{ConstTensorView(p.out)};
   const auto in_size = static_cast<std::int64_t>(dtype_size(p.in.dtype));
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.out.dtype));
   for_rows(detail::row_count(p.in), static_cast<int>(d), exec, [&](RowRange range) {
     for (std::int64_t r = range.begin; r < range.end;) {
       const std::int64_t c = detail::latent_channel_of_row(r, channels, per_channel);
-      const contract::LatentChannel k = contract::latent_channel(
-          p.denormalize, gradient,
-          gradient ? 0.0f : contract::load_f32(p.mean.dtype, p.mean.data, c * p.mean.strides[0]),
-          contract::load_f32(p.std.dtype, p.std.data, c * p.std.strides[0]));
+      const contract::LatentChannel k = detail::latent_channel_of(p, c);
       const std::int64_t in0 = in_rows.offset(r), out0 = out_rows.offset(r);
       if (unit) {
         // A contiguous [H, W] plane's rows from r are one vector row: a row of W alone
